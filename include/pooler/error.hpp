@@ -1,0 +1,48 @@
+// Errors thrown by pooler. Every message names the call or value at fault and
+// what was expected, so that an engine's log says what went wrong without a
+// debugger.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace pooler {
+
+// Base of everything pooler throws.
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The CUDA driver is missing or too old: raised by anything that needs the GPU.
+// Specialization, compilation, caching and inspection never raise it.
+class NoDriverError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A CUDA driver API call failed: the message carries the call, the code's name
+// and the context.
+class CudaError : public Error {
+ public:
+  CudaError(const std::string& message, int code) : Error(message), code_(code) {}
+  int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
+// NVRTC rejected a specialized template: the message carries the NVRTC log and
+// the specialized source with line numbers.
+class CompileError : public Error {
+ public:
+  using Error::Error;
+};
+
+// A bad argument: the message names the value and what was expected.
+class InvalidArgument : public Error {
+ public:
+  using Error::Error;
+};
+
+}  // namespace pooler
