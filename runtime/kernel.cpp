@@ -1,0 +1,80 @@
+#include "runtime/kernel.hpp"
+
+#include <fmt/format.h>
+
+#include "pooler/error.hpp"
+#include "runtime/device.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/log.hpp"
+
+namespace pooler {
+
+void Kernel::allow_shared_bytes(int bytes) const {
+  POOLER_CU(cuFuncSetAttribute(function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes),
+            fmt::format("kernel {}: {} bytes of dynamic shared memory", name_, bytes));
+}
+
+int Kernel::attribute(CUfunction_attribute which) const {
+  int value = 0;
+  POOLER_CU(cuFuncGetAttribute(&value, which, function_), fmt::format("kernel {}", name_));
+  return value;
+}
+
+void Kernel::launch(CUstream stream, const LaunchShape& shape, void** arguments) const {
+  CUlaunchAttribute attributes[1] = {};
+  attributes[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attributes[0].value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config = {};
+  config.gridDimX = shape.grid_x;
+  config.gridDimY = shape.grid_y;
+  config.gridDimZ = shape.grid_z;
+  config.blockDimX = shape.block_x;
+  config.blockDimY = shape.block_y;
+  config.blockDimZ = shape.block_z;
+  config.sharedMemBytes = shape.shared_bytes;
+  config.hStream = stream;
+  config.attrs = shape.pdl ? attributes : nullptr;
+  config.numAttrs = shape.pdl ? 1 : 0;
+  const CUresult status = driver().cuLaunchKernelEx(&config, function_, arguments, nullptr);
+  if (status != CUDA_SUCCESS) {
+    // Formatting only on failure: the hot path allocates nothing.
+    check(status, "cuLaunchKernelEx",
+          fmt::format("kernel {}, grid ({}, {}, {}), block ({}, {}, {}), {} shared bytes, PDL {}", name_, shape.grid_x,
+                      shape.grid_y, shape.grid_z, shape.block_x, shape.block_y, shape.block_z, shape.shared_bytes,
+                      shape.pdl ? "on" : "off"));
+  }
+}
+
+LoadedForm::LoadedForm(const CacheEntry& entry, CUcontext context) : context_(context), form_(entry.form) {
+  ContextScope scope(context);
+  const CUresult status =
+      driver().cuLibraryLoadData(&library_, entry.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+  if (status == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED || status == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) {
+    throw CudaError(fmt::format("cannot load form {} while a stream is being captured: construct and warm up "
+                                "pooler before CUDA-graph capture ({})",
+                                entry.form, error_name(status)),
+                    status);
+  }
+  check(status, "cuLibraryLoadData", fmt::format("form {} for {} ({} bytes of cubin)", entry.form, entry.architecture,
+                                                  entry.cubin.size()));
+  log().debug("loaded form {} ({} bytes)", entry.form, entry.cubin.size());
+}
+
+LoadedForm::~LoadedForm() {
+  if (library_ != nullptr) {
+    if (CUresult status = driver().cuLibraryUnload(library_); status != CUDA_SUCCESS) {
+      log().warn("cuLibraryUnload of form {} failed: {}", form_, error_name(status));
+    }
+  }
+}
+
+Kernel LoadedForm::kernel(const std::string& name) const {
+  CUkernel handle = nullptr;
+  POOLER_CU(cuLibraryGetKernel(&handle, library_, name.c_str()), fmt::format("entry point {} of form {}", name, form_));
+  ContextScope scope(context_);
+  CUfunction function = nullptr;
+  POOLER_CU(cuKernelGetFunction(&function, handle), fmt::format("entry point {} of form {}", name, form_));
+  return Kernel(function, name);
+}
+
+}  // namespace pooler

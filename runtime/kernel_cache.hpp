@@ -1,0 +1,81 @@
+// The kernel cache: a thread-safe in-memory cache in front of the disk cache.
+// A form is rendered, keyed by SHA-256 over everything the compiler sees, and
+// compiled by NVRTC only when neither cache holds it. Concurrent requests for
+// one key in a process wait on one compile; across processes the disk
+// cache's per-entry lock does the same.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/cache_entry.hpp"
+#include "runtime/disk_cache.hpp"
+#include "runtime/form.hpp"
+#include "runtime/template_library.hpp"
+
+namespace pooler {
+
+enum class Origin { memory, disk, compiled };
+const char* to_string(Origin origin);
+
+struct Lookup {
+  std::shared_ptr<const CacheEntry> entry;
+  Origin origin = Origin::memory;
+};
+
+struct CacheStats {
+  unsigned long memory_hits = 0;
+  unsigned long disk_hits = 0;
+  unsigned long compiles = 0;
+};
+
+class KernelCache {
+ public:
+  // The process's cache, configured from the environment (POOLER_CACHE,
+  // POOLER_CACHE_DIR, POOLER_TEMPLATE_DIR).
+  static KernelCache& global();
+
+  KernelCache(CacheLocation location, const TemplateLibrary& library);
+
+  // The compiled form for `architecture` ("sm_90"). Throws CompileError.
+  Lookup get(const Form& form, const std::string& architecture);
+
+  // Every form, independent ones compiled in parallel on a pool sized to the
+  // machine's cores; `progress` (optional) is called once per form as it is
+  // ready, from the worker thread, serialised. Results are in `forms` order.
+  // The first failure is rethrown after every form has been tried.
+  using Progress = std::function<void(std::size_t index, const Form& form, const Lookup& lookup)>;
+  std::vector<Lookup> get_all(const std::vector<Form>& forms, const std::string& architecture,
+                              const Progress& progress = {});
+
+  // The key of a form: SHA-256 over the rendered source, every header the
+  // library offers, the options, the architecture, NVRTC's identity and the
+  // cache format version.
+  std::string key(const std::string& source, const std::vector<std::string>& options,
+                  const std::string& architecture) const;
+
+  const DiskCache& disk() const { return disk_; }
+  const TemplateLibrary& library() const { return library_; }
+  CacheStats stats() const;
+
+ private:
+  std::shared_ptr<const CacheEntry> load_or_compile(const Form& form, const std::string& architecture,
+                                                    const std::string& key, std::string source,
+                                                    const std::vector<std::string>& options, Origin& origin);
+
+  const TemplateLibrary& library_;
+  DiskCache disk_;
+  mutable std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_future<std::shared_ptr<const CacheEntry>>> memory_;
+  std::atomic<unsigned long> memory_hits_{0};
+  std::atomic<unsigned long> disk_hits_{0};
+  std::atomic<unsigned long> compiles_{0};
+};
+
+}  // namespace pooler

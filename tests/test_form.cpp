@@ -1,0 +1,102 @@
+// Specialization: deterministic rendering and exact float constants.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+
+#include "pooler/error.hpp"
+#include "runtime/form.hpp"
+#include "runtime/sample_form.hpp"
+#include "runtime/template_library.hpp"
+
+namespace pooler {
+namespace {
+
+TEST(Form, RenderingIsDeterministicAndIndependentOfSetOrder) {
+  const TemplateLibrary& library = TemplateLibrary::instance();
+  Form a("f", "sample.cu", {"pooler_sample_fill"});
+  a.set("VALUE", 0.5f).set("SCALE", 2.0f).set("THREADS", 128);
+  Form b("f", "sample.cu", {"pooler_sample_fill"});
+  b.set("THREADS", 128).set("SCALE", 2.0f).set("VALUE", 0.5f);
+  EXPECT_EQ(a.render(library), b.render(library));
+  EXPECT_EQ(a.render(library), a.render(library));
+  EXPECT_NE(a.render(library), Form(a).set("EXTRA", 1).render(library));
+  const std::string source = a.render(library);
+  EXPECT_NE(source.find("constexpr int THREADS = 128;"), std::string::npos) << source;
+  EXPECT_NE(source.find("constexpr float VALUE = 0x1p-1f;"), std::string::npos) << source;
+  EXPECT_NE(source.find(library.text("sample.cu")), std::string::npos);
+}
+
+// The literal must read back as the very same float, for awkward values too.
+float read_back(const std::string& literal) {
+  EXPECT_EQ(literal.back(), 'f');
+  return std::strtof(literal.substr(0, literal.size() - 1).c_str(), nullptr);
+}
+
+TEST(Form, FloatConstantsSurviveTheRoundTripBitForBit) {
+  const float awkward[] = {1e-5f,
+                           1e-6f,
+                           0.1f,
+                           1.0f / 3.0f,
+                           448.0f * 6.0f / 2.71828f,
+                           -0.0f,
+                           0.0f,
+                           std::numeric_limits<float>::denorm_min(),
+                           std::numeric_limits<float>::min(),
+                           std::numeric_limits<float>::max(),
+                           -std::numeric_limits<float>::max(),
+                           std::nextafter(1.0f, 2.0f),
+                           16777217.0f};
+  for (float value : awkward) {
+    const std::string literal = hex_float_literal(value);
+    EXPECT_EQ(std::bit_cast<std::uint32_t>(read_back(literal)), std::bit_cast<std::uint32_t>(value))
+        << literal << " for " << value;
+  }
+  std::mt19937 random(std::random_device{}());
+  for (int i = 0; i < 100000; ++i) {
+    float value = std::bit_cast<float>(static_cast<std::uint32_t>(random()));
+    if (!std::isfinite(value)) continue;
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(read_back(hex_float_literal(value))), std::bit_cast<std::uint32_t>(value))
+        << hex_float_literal(value);
+  }
+}
+
+TEST(Form, RejectsBadConstants) {
+  Form form("f", "sample.cu", {"k"});
+  EXPECT_THROW(form.set("1abc", 1), InvalidArgument);
+  EXPECT_THROW(form.set("has space", 1), InvalidArgument);
+  EXPECT_THROW(form.set("NAN_VALUE", std::numeric_limits<float>::quiet_NaN()), InvalidArgument);
+  EXPECT_THROW(form.set("INF", std::numeric_limits<float>::infinity()), InvalidArgument);
+  form.set("X", 1);
+  try {
+    form.set("X", 2);
+    FAIL() << "a constant set twice must be refused";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("X is set twice"), std::string::npos) << error.what();
+  }
+  EXPECT_THROW(Form("f", "sample.cu", {}), InvalidArgument);
+}
+
+TEST(Form, LargeIntegersAreLongLong) {
+  Form form("f", "sample.cu", {"k"});
+  form.set("BIG", 1LL << 40).set("SMALL", -3);
+  const std::string source = form.render(TemplateLibrary::instance());
+  EXPECT_NE(source.find("constexpr long long BIG = 1099511627776LL;"), std::string::npos) << source;
+  EXPECT_NE(source.find("constexpr int SMALL = -3;"), std::string::npos) << source;
+}
+
+TEST(TemplateLibrary, UnknownTemplateNamesTheKnownOnes) {
+  try {
+    TemplateLibrary::instance().text("nope.cu");
+    FAIL();
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("sample.cu"), std::string::npos) << error.what();
+  }
+  EXPECT_TRUE(TemplateLibrary::instance().headers().contains("pdl.cuh"));
+}
+
+}  // namespace
+}  // namespace pooler

@@ -1,0 +1,377 @@
+// pooler-cubin: the kernel cache, inspected and filled offline (no GPU needed).
+//
+//   pooler-cubin list            entries: form, constants, architecture, size,
+//                                and each kernel's registers, shared, local and
+//                                stack bytes, read from the cubin's ELF
+//   pooler-cubin show KEY        specialized source, options, NVRTC log
+//   pooler-cubin sass KEY        disassembly (nvdisasm or cuobjdump)
+//   pooler-cubin verify          validate every entry
+//   pooler-cubin clear           remove every entry
+//   pooler-cubin build           compile forms into the cache ahead of time
+//
+// Exit codes: 0 success, 1 verify found bad entries or build failed,
+// 2 usage error, 3 no such entry, 4 no disassembler installed.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "pooler/error.hpp"
+#include "runtime/cubin_elf.hpp"
+#include "runtime/disk_cache.hpp"
+#include "runtime/compiler.hpp"
+#include "runtime/kernel_cache.hpp"
+#include "runtime/sample_form.hpp"
+
+namespace fs = std::filesystem;
+using namespace pooler;
+
+namespace {
+
+constexpr int kOk = 0, kFailed = 1, kUsage = 2, kNotFound = 3, kNoTool = 4;
+
+const char* kUsageText = R"(usage: pooler-cubin [--cache-dir DIR] COMMAND [ARGS]
+
+Inspects and fills pooler's kernel cache. No GPU needed.
+
+commands:
+  list          one line per entry, then each kernel's resources
+  show KEY      an entry's specialized source, options and NVRTC log
+  sass KEY      an entry's disassembly (needs nvdisasm or cuobjdump)
+  verify        validate every entry (magic, key, length, checksum, ELF)
+  clear         remove every entry, lock and stray temporary file
+  build         compile forms into the cache ahead of time
+
+KEY is an entry's key or a unique prefix of it (list shows 12 characters).
+The cache directory is --cache-dir, else POOLER_CACHE_DIR, else
+$XDG_CACHE_HOME/pooler, else ~/.cache/pooler.
+`pooler-cubin COMMAND --help` describes one command.
+
+exit codes: 0 success, 1 bad entries found or build failed, 2 usage error,
+3 no such entry, 4 no disassembler installed
+)";
+
+struct Command {
+  const char* name;
+  const char* help;
+};
+
+const Command kCommands[] = {
+    {"list", "usage: pooler-cubin list\n\nOne line per cache entry (key, form, architecture, cubin bytes, compile "
+             "seconds, constants), then one line per kernel: registers per thread, static shared bytes per CTA, "
+             "local (stack frame) bytes per thread, maximum stack bytes. Local bytes above zero mean spills or local "
+             "arrays.\n"},
+    {"show", "usage: pooler-cubin show KEY\n\nPrints the entry's form, constants, architecture, NVRTC identity and "
+             "options, the NVRTC log and the specialized source with line numbers.\n"},
+    {"sass", "usage: pooler-cubin sass KEY\n\nDisassembles the entry's cubin with nvdisasm (or cuobjdump -sass), "
+             "searched on PATH and in /usr/local/cuda/bin. Exits 4 when neither is installed.\n"},
+    {"verify", "usage: pooler-cubin verify\n\nValidates every entry: magic, format version, key against the file "
+               "name, length, checksum, and that its cubin's ELF parses. Prints one line per entry; exits 1 if any "
+               "is bad (the library would recompile and replace it).\n"},
+    {"clear", "usage: pooler-cubin clear\n\nRemoves every entry, lock file and temporary file from the cache "
+              "directory (other files are left alone).\n"},
+    {"build", "usage: pooler-cubin build [--arch ARCH]...\n\nCompiles the sample form for each ARCH (default "
+              "sm_90 and sm_100a) into the cache, in parallel, and prints the table of forms with their resources "
+              "and compile times.\n"},
+};
+
+std::string cache_dir_from(const std::string& flag) {
+  if (!flag.empty()) {
+    return flag;
+  }
+  return CacheLocation::from_environment().directory;
+}
+
+DiskCache open_cache(const std::string& directory) {
+  return DiskCache(CacheLocation{directory, true});
+}
+
+// The single key that starts with `prefix`, or an exit code.
+int resolve_key(const DiskCache& cache, const std::string& prefix, std::string& key) {
+  std::vector<std::string> matches;
+  for (const std::string& candidate : cache.keys()) {
+    if (candidate.starts_with(prefix)) {
+      matches.push_back(candidate);
+    }
+  }
+  if (matches.size() == 1 && !prefix.empty()) {
+    key = matches.front();
+    return kOk;
+  }
+  if (matches.empty() || prefix.empty()) {
+    fmt::print(stderr, "pooler-cubin: no entry with key {} in {}\n", prefix, cache.directory());
+    return kNotFound;
+  }
+  fmt::print(stderr, "pooler-cubin: key prefix {} is ambiguous ({} entries match); give more characters\n", prefix,
+             matches.size());
+  return kUsage;
+}
+
+std::optional<CacheEntry> load_entry(const DiskCache& cache, const std::string& key, std::string& why) {
+  const auto bytes = read_file(cache.entry_path(key));
+  if (!bytes) {
+    why = "cannot read the file";
+    return std::nullopt;
+  }
+  try {
+    return parse_entry(*bytes, key);
+  } catch (const CorruptEntry& corrupt) {
+    why = corrupt.what();
+    return std::nullopt;
+  }
+}
+
+void print_resources(const CacheEntry& entry) {
+  try {
+    for (const KernelResources& kernel : read_cubin_resources(entry.cubin)) {
+      fmt::print("    {:<34} {:>4} regs {:>7} shared {:>5} local {:>5} stack\n", kernel.name, kernel.registers,
+                 kernel.shared_bytes, kernel.local_bytes, kernel.stack_bytes);
+    }
+  } catch (const Error& error) {
+    fmt::print("    (cannot read the cubin's resources: {})\n", error.what());
+  }
+}
+
+int list(const DiskCache& cache) {
+  const auto keys = cache.keys();
+  fmt::print("{} entr{} in {}\n", keys.size(), keys.size() == 1 ? "y" : "ies", cache.directory());
+  if (!keys.empty()) {
+    fmt::print("{:<12}  {:<24} {:<8} {:>8} {:>8}  {}\n", "key", "form", "arch", "bytes", "compile", "constants");
+  }
+  for (const std::string& key : keys) {
+    std::string why;
+    const auto entry = load_entry(cache, key, why);
+    if (!entry) {
+      fmt::print("{:<12}  (bad entry: {})\n", key.substr(0, 12), why);
+      continue;
+    }
+    fmt::print("{:<12}  {:<24} {:<8} {:>8} {:>7.2f}s  {}\n", key.substr(0, 12), entry->form, entry->architecture,
+               entry->cubin.size(), entry->compile_seconds, entry->constants);
+    print_resources(*entry);
+  }
+  return kOk;
+}
+
+int show(const DiskCache& cache, const std::string& prefix) {
+  std::string key;
+  if (int status = resolve_key(cache, prefix, key); status != kOk) {
+    return status;
+  }
+  std::string why;
+  const auto entry = load_entry(cache, key, why);
+  if (!entry) {
+    fmt::print(stderr, "pooler-cubin: entry {} is bad: {}\n", key, why);
+    return kFailed;
+  }
+  fmt::print("key:          {}\nform:         {}\ntemplate:     {}\nkernels:      {}\nconstants:    {}\n"
+             "architecture: {}\ncompiler:     {}\noptions:      {}\ncompile time: {:.3f} s\ncubin bytes:  {}\n",
+             entry->key, entry->form, entry->template_file, entry->kernels, entry->constants, entry->architecture,
+             entry->nvrtc, entry->options, entry->compile_seconds, entry->cubin.size());
+  fmt::print("resources:\n");
+  print_resources(*entry);
+  fmt::print("--- NVRTC log ---\n{}\n", entry->log.empty() ? "(empty)" : entry->log);
+  fmt::print("--- specialized source ---\n{}", numbered(entry->source));
+  return kOk;
+}
+
+std::string find_program(const std::string& name) {
+  std::vector<std::string> folders;
+  if (const char* path = std::getenv("PATH"); path != nullptr) {
+    std::string all = path;
+    for (std::size_t start = 0, end; start <= all.size(); start = end + 1) {
+      end = all.find(':', start);
+      if (end == std::string::npos) end = all.size();
+      folders.push_back(all.substr(start, end - start));
+    }
+  }
+  folders.emplace_back("/usr/local/cuda/bin");
+  for (const std::string& folder : folders) {
+    const fs::path candidate = fs::path(folder.empty() ? "." : folder) / name;
+    if (::access(candidate.c_str(), X_OK) == 0) {
+      return candidate.string();
+    }
+  }
+  return {};
+}
+
+int sass(const DiskCache& cache, const std::string& prefix) {
+  std::string key;
+  if (int status = resolve_key(cache, prefix, key); status != kOk) {
+    return status;
+  }
+  std::string why;
+  const auto entry = load_entry(cache, key, why);
+  if (!entry) {
+    fmt::print(stderr, "pooler-cubin: entry {} is bad: {}\n", key, why);
+    return kFailed;
+  }
+  std::vector<std::string> command;
+  if (std::string nvdisasm = find_program("nvdisasm"); !nvdisasm.empty()) {
+    command = {nvdisasm, "-c", "-g"};
+  } else if (std::string cuobjdump = find_program("cuobjdump"); !cuobjdump.empty()) {
+    command = {cuobjdump, "-sass"};
+  } else {
+    fmt::print(stderr, "pooler-cubin: neither nvdisasm nor cuobjdump is installed (searched PATH and "
+                       "/usr/local/cuda/bin); install the CUDA toolkit's binary utilities to see SASS\n");
+    return kNoTool;
+  }
+  const fs::path file = fs::temp_directory_path() / fmt::format("pooler-cubin-{}-{}.cubin", key.substr(0, 12), ::getpid());
+  {
+    std::ofstream out(file, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(entry->cubin.data()), static_cast<std::streamsize>(entry->cubin.size()));
+  }
+  command.push_back(file.string());
+  std::vector<char*> argv;
+  for (std::string& part : command) argv.push_back(part.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::execv(argv[0], argv.data());
+    _exit(127);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  fs::remove(file);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? kOk : kFailed;
+}
+
+int verify(const DiskCache& cache) {
+  int bad = 0;
+  const auto keys = cache.keys();
+  for (const std::string& key : keys) {
+    std::string why;
+    auto entry = load_entry(cache, key, why);
+    if (entry) {
+      try {
+        read_cubin_resources(entry->cubin);
+      } catch (const Error& error) {
+        why = fmt::format("cubin does not parse: {}", error.what());
+        entry.reset();
+      }
+    }
+    if (entry) {
+      fmt::print("ok   {}  {} {}\n", key.substr(0, 12), entry->form, entry->architecture);
+    } else {
+      fmt::print("BAD  {}  {}\n", key.substr(0, 12), why);
+      ++bad;
+    }
+  }
+  fmt::print("{} entr{} checked, {} bad, in {}\n", keys.size(), keys.size() == 1 ? "y" : "ies", bad, cache.directory());
+  return bad == 0 ? kOk : kFailed;
+}
+
+int clear(const std::string& directory) {
+  std::error_code error;
+  if (!fs::is_directory(directory, error)) {
+    fmt::print("nothing to clear: {} does not exist\n", directory);
+    return kOk;
+  }
+  int removed = 0;
+  for (const fs::directory_entry& file : fs::directory_iterator(directory, error)) {
+    const std::string name = file.path().filename().string();
+    if (name.ends_with(".entry") || name.ends_with(".entry.lock") || name.find(".entry.tmp.") != std::string::npos) {
+      fs::remove(file.path(), error);
+      removed += error ? 0 : 1;
+    }
+  }
+  fmt::print("removed {} file(s) from {}\n", removed, directory);
+  return kOk;
+}
+
+int build(const std::string& directory, const std::vector<std::string>& architectures) {
+  KernelCache cache(CacheLocation{directory, true}, TemplateLibrary::instance());
+  int failures = 0;
+  for (const std::string& architecture : architectures) {
+    std::vector<Form> forms = {sample_form()};
+    fmt::print("compiling {} form(s) for {} into {}\n", forms.size(), architecture, directory);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      cache.get_all(forms, architecture, [&](std::size_t index, const Form& form, const Lookup& lookup) {
+        fmt::print("  [{}/{}] {:<24} {:<8} {:>6.2f}s  {}\n", index + 1, forms.size(), form.name(),
+                   to_string(lookup.origin), lookup.entry->compile_seconds, lookup.entry->key.substr(0, 12));
+        print_resources(*lookup.entry);
+        std::fflush(stdout);
+      });
+    } catch (const Error& error) {
+      fmt::print(stderr, "pooler-cubin: build for {} failed: {}\n", architecture, error.what());
+      ++failures;
+    }
+    fmt::print("{} done in {:.2f} s\n", architecture,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return failures == 0 ? kOk : kFailed;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string cache_dir;
+  while (!args.empty() && args.front().starts_with("--")) {
+    if (args.front() == "--help" || args.front() == "-h") {
+      fmt::print("{}", kUsageText);
+      return kOk;
+    }
+    if (args.front() == "--cache-dir" && args.size() >= 2) {
+      cache_dir = args[1];
+      args.erase(args.begin(), args.begin() + 2);
+      continue;
+    }
+    fmt::print(stderr, "pooler-cubin: unknown option {}\n\n{}", args.front(), kUsageText);
+    return kUsage;
+  }
+  if (args.empty()) {
+    fmt::print(stderr, "{}", kUsageText);
+    return kUsage;
+  }
+  const std::string command = args.front();
+  args.erase(args.begin());
+  for (const Command& known : kCommands) {
+    if (command == known.name && !args.empty() && (args.front() == "--help" || args.front() == "-h")) {
+      fmt::print("{}", known.help);
+      return kOk;
+    }
+  }
+  try {
+    const std::string directory = cache_dir_from(cache_dir);
+    auto expect_args = [&](std::size_t count) {
+      if (args.size() != count) {
+        fmt::print(stderr, "pooler-cubin {}: expected {} argument(s), got {}\n", command, count, args.size());
+        return false;
+      }
+      return true;
+    };
+    if (command == "list") return expect_args(0) ? list(open_cache(directory)) : kUsage;
+    if (command == "show") return expect_args(1) ? show(open_cache(directory), args[0]) : kUsage;
+    if (command == "sass") return expect_args(1) ? sass(open_cache(directory), args[0]) : kUsage;
+    if (command == "verify") return expect_args(0) ? verify(open_cache(directory)) : kUsage;
+    if (command == "clear") return expect_args(0) ? clear(directory) : kUsage;
+    if (command == "build") {
+      std::vector<std::string> architectures;
+      for (std::size_t i = 0; i < args.size(); ++i) {
+        if (args[i] == "--arch" && i + 1 < args.size()) {
+          architectures.push_back(args[++i]);
+        } else {
+          fmt::print(stderr, "pooler-cubin build: unknown argument {}\n", args[i]);
+          return kUsage;
+        }
+      }
+      if (architectures.empty()) architectures = {"sm_90", "sm_100a"};
+      return build(directory, architectures);
+    }
+  } catch (const Error& error) {
+    fmt::print(stderr, "pooler-cubin: {}\n", error.what());
+    return kFailed;
+  }
+  fmt::print(stderr, "pooler-cubin: unknown command {}\n\n{}", command, kUsageText);
+  return kUsage;
+}
