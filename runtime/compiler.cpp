@@ -59,7 +59,7 @@ std::string program_log(nvrtcProgram program, const std::string& form_name) {
 std::string file_identity(const std::string& path) {
   struct stat info {};
   if (::stat(path.c_str(), &info) != 0) {
-    return path + ":missing";
+    return fmt::format("{}:missing", path);
   }
   return fmt::format("{}:{}:{}", path.substr(path.find_last_of('/') + 1), info.st_size, info.st_mtim.tv_sec);
 }
@@ -67,7 +67,7 @@ std::string file_identity(const std::string& path) {
 }  // namespace
 
 std::vector<std::string> compile_options(const std::string& architecture, bool fast_math) {
-  std::vector<std::string> options = {"--gpu-architecture=" + architecture, "-std=c++17", "-default-device", "--fmad=true"};
+  std::vector<std::string> options = {fmt::format("--gpu-architecture={}", architecture), "-std=c++17", "-default-device", "--fmad=true"};
   if (fast_math) {
     options.emplace_back("--use_fast_math");
   }
@@ -107,7 +107,7 @@ Compiled compile(const std::string& form_name, const std::string& source,
     }
     std::string joined;
     for (const std::string& option : options) {
-      joined += " " + option;
+      joined.append(" ").append(option);
     }
     throw CompileError(fmt::format("NVRTC failed to compile form {}: {}{}\noptions:{}\n--- NVRTC log ---\n{}\n"
                                    "--- specialized source ---\n{}",
@@ -137,9 +137,9 @@ const std::string& nvrtc_identity() {
     Dl_info info{};
     if (void* symbol = dlsym(RTLD_DEFAULT, "nvrtcVersion"); symbol != nullptr && dladdr(symbol, &info) != 0 && info.dli_fname != nullptr) {
       const std::string library = info.dli_fname;
-      text += " " + file_identity(library);
+      text.append(" ").append(file_identity(library));
       const std::string folder = library.substr(0, library.find_last_of('/') + 1);
-      text += " " + file_identity(fmt::format("{}libnvrtc-builtins.so.{}.{}", folder, major, minor));
+      text.append(" ").append(file_identity(fmt::format("{}libnvrtc-builtins.so.{}.{}", folder, major, minor)));
     }
     return text;
   }();
