@@ -134,6 +134,35 @@ TEST_P(SampleGpu, MissingEntryPointIsAClearError) {
   }
 }
 
+// The "done when": compiled by another process (the cubin tool) into
+// the disk cache, then found there by this one, loaded and run.
+TEST_P(SampleGpu, ReloadsFromDiskCompiledByAnotherProcess) {
+  testing::ScratchDir shared;
+  const std::string architecture = device_info(0).architecture();
+  const auto built = testing::run_process({POOLER_CUBIN_TOOL, "--cache-dir", shared.path(), "build", "--arch", architecture});
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  KernelCache cache(CacheLocation{shared.path(), true}, TemplateLibrary::instance());
+  const Lookup lookup = cache.get(sample_form(), architecture);
+  EXPECT_EQ(lookup.origin, Origin::disk);
+  LoadedForm loaded(*lookup.entry, context_->get());
+  DeviceBuffer out(sizeof(float) * 1000);
+  out.fill_bytes(0xFF);
+  Stream stream;
+  LaunchShape shape;
+  shape.grid_x = 4;
+  shape.block_x = kSampleThreads;
+  shape.pdl = GetParam();
+  loaded.kernel("pooler_sample_fill")(stream.get(), shape, out.get(), 1000);
+  stream.synchronize();
+  std::vector<float> host(1000);
+  out.download(host.data(), out.bytes());
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(host[static_cast<std::size_t>(i)]),
+              std::bit_cast<std::uint32_t>(1e-5f * static_cast<float>(i)))
+        << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Pdl, SampleGpu, ::testing::Bool(), [](const ::testing::TestParamInfo<bool>& param) { return param.param ? "pdl" : "plain"; });
 
 }  // namespace
