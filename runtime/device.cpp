@@ -102,6 +102,9 @@ void DeviceBuffer::upload(const void* host, std::size_t bytes, std::size_t offse
     throw InvalidArgument(fmt::format("upload of {} bytes at offset {} overruns a {}-byte buffer", bytes, offset, bytes_));
   }
   POOLER_CU(cuMemcpyHtoD(pointer_ + offset, host, bytes), "upload");
+  // From pageable memory the copy may still be in flight when cuMemcpyHtoD
+  // returns, and it is not ordered with non-blocking streams: finish it here.
+  POOLER_CU(cuCtxSynchronize(), "finishing an upload");
 }
 
 void DeviceBuffer::download(void* host, std::size_t bytes, std::size_t offset) const {
@@ -113,6 +116,8 @@ void DeviceBuffer::download(void* host, std::size_t bytes, std::size_t offset) c
 
 void DeviceBuffer::fill_bytes(unsigned char value) const {
   POOLER_CU(cuMemsetD8(pointer_, value, bytes_), "fill");
+  // cuMemsetD8 is asynchronous and not ordered with non-blocking streams.
+  POOLER_CU(cuCtxSynchronize(), "finishing a fill");
 }
 
 MappedHostBuffer::MappedHostBuffer(std::size_t bytes) : bytes_(bytes) {

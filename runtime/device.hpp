@@ -76,6 +76,7 @@ class DeviceBuffer {
 
   CUdeviceptr get() const { return pointer_; }
   std::size_t bytes() const { return bytes_; }
+  // Synchronous set-up helpers (they finish before returning), not for the hot path.
   void upload(const void* host, std::size_t bytes, std::size_t offset = 0) const;
   void download(void* host, std::size_t bytes, std::size_t offset = 0) const;
   void fill_bytes(unsigned char value) const;

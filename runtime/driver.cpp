@@ -38,15 +38,15 @@ Opened open_driver() {
     return opened;
   }
   std::string missing;
-  auto resolve = [&](const char* name, void** slot) {
+  auto resolve = [&](const char* name, int version, void** slot) {
     CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    CUresult status = get_proc(name, slot, kDriverApiVersion, CU_GET_PROC_ADDRESS_DEFAULT, &found);
+    CUresult status = get_proc(name, slot, version, CU_GET_PROC_ADDRESS_DEFAULT, &found);
     if (status != CUDA_SUCCESS || found != CU_GET_PROC_ADDRESS_SUCCESS || *slot == nullptr) {
       *slot = nullptr;
       missing += missing.empty() ? name : fmt::format(", {}", name);
     }
   };
-#define POOLER_RESOLVE_ENTRY(name) resolve(#name, reinterpret_cast<void**>(&opened.api.name));
+#define POOLER_RESOLVE_ENTRY(name, version) resolve(#name, version, reinterpret_cast<void**>(&opened.api.name));
   POOLER_DRIVER_ENTRIES(POOLER_RESOLVE_ENTRY)
 #undef POOLER_RESOLVE_ENTRY
   if (opened.api.cuDriverGetVersion != nullptr) {

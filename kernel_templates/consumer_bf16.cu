@@ -1,0 +1,42 @@
+// The fused consumer of the BF16 edge layers: polls the TP slots of this call's stage in
+// the local mailbox for b rows, writes the gathered rows and their pre_expert_norm, then
+// does the stage bookkeeping and clears what the previous call used (mailbox.cuh).
+// rows == the stock all-gather except that a projected -0.0 arrives as +0.0; normed ==
+// stock_norm.cu on those rows, bit for bit (numerics.md).
+// Constants: POOLED (multiple of 512, at most 16384), TP, CAPACITY, EPS, GAIN_CENTER.
+// Launch: grid (b), block (POOLED / 16): CTA i is row i; thread t owns the 16 columns
+// [16 t, 16 t + 16), which lie in slot 16 t / W. Every rank must launch the same grid.
+// Outputs: rows [b, POOLED] and normed [b, POOLED] BF16. After a timeout (record filled,
+// state marked failed) the outputs are undefined, but the kernel ends.
+#include "mailbox.cuh"
+#include "norm.cuh"
+#include "pdl.cuh"
+#include "vector_io.cuh"
+
+constexpr int kShardWidth = POOLED / TP;
+static_assert(POOLED % 512 == 0 && POOLED <= 16384, "POOLED / 16 threads must be whole warps, at most 1024");
+static_assert(POOLED % TP == 0 && kShardWidth % 16 == 0, "a 16-column block never straddles two slots");
+static_assert(TP >= 1 && TP <= pooler::kMailboxMaxPeers, "at most kMailboxMaxPeers ranks");
+
+extern "C" __global__ void __launch_bounds__(POOLED / 16)
+    pooler_consumer_bf16(pooler::u16* mailbox, pooler::MailboxStateBlock* state, pooler::TimeoutRecord* record,
+                         const pooler::u16* weight, pooler::u16* rows, pooler::u16* normed, int rank, int layer,
+                         unsigned long long timeout_ns) {
+  using namespace pooler;
+  pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
+  pdl_launch_dependents();
+  const u32 column = threadIdx.x * 16u;
+  const u32 row = blockIdx.x;
+  const MailboxCall call = mailbox_begin(state);
+  mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column);
+  u32 w[8];
+  ld_global_16xbf16(weight + column, w);
+  u32 x[8];
+  mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
+  const unsigned long long at = static_cast<unsigned long long>(row) * POOLED + column;
+  st_global_16xbf16(rows + at, x);
+  u32 y[8];
+  rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y);
+  st_global_16xbf16(normed + at, y);
+  mailbox_arrive(state, call);
+}

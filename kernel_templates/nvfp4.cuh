@@ -1,0 +1,49 @@
+// nvfp4.cuh: NVFP4 quantization of one 16-column block (numerics.md steps 1-6), held by
+// one thread as 8 BF16 words (word k: column 2k low, 2k + 1 high). The stock quantizer
+// and the fused consumer both call quantize16, so they give the same bytes.
+#pragma once
+
+#include "norm.cuh"
+#include "numerics.cuh"
+
+#if defined(__CUDACC__)
+
+namespace pooler {
+
+// The block's 8 packed bytes as two words (byte k = codes of columns 2k low nibble,
+// 2k + 1 high nibble; little-endian, so byte k of the row is byte k % 4 of word k / 4)
+// and its E4M3 scale byte.
+struct Nvfp4Block16 {
+  u32 packed[2];
+  u32 scale;
+};
+
+POOLER_DEVICE Nvfp4Block16 quantize16(const u32 (&y)[8], float global_scale) {
+  // Step 1: amax in column order; max.f32 ignores NaN, abs.f32 makes -0.0 +0.0.
+  float amax = abs_f32(bf16_low(y[0]));
+  amax = max_f32(amax, abs_f32(bf16_high(y[0])));
+#pragma unroll
+  for (int k = 1; k < 8; ++k) {
+    amax = max_f32(amax, abs_f32(bf16_low(y[k])));
+    amax = max_f32(amax, abs_f32(bf16_high(y[k])));
+  }
+  // Steps 2-4.
+  const float sf = nvfp4_scale_factor(amax, global_scale);
+  const u8 sf_byte = e4m3_from_float_hw(sf);
+  const float out_scale = nvfp4_output_scale(sf_byte, global_scale);
+  // Steps 5-6.
+  Nvfp4Block16 block;
+  block.packed[0] = 0u;
+  block.packed[1] = 0u;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const u32 byte = e2m1x2(mul_rn(bf16_low(y[k]), out_scale), mul_rn(bf16_high(y[k]), out_scale));
+    block.packed[k / 4] |= byte << (8 * (k % 4));
+  }
+  block.scale = sf_byte;
+  return block;
+}
+
+}  // namespace pooler
+
+#endif  // __CUDACC__

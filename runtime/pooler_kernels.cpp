@@ -1,0 +1,226 @@
+#include "runtime/pooler_kernels.hpp"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "pooler/error.hpp"
+
+namespace pooler {
+namespace {
+
+void check_norm_constants(const char* what, float eps, float gain_center) {
+  if (!std::isfinite(eps) || !(eps > 0.0f)) {
+    throw InvalidArgument(fmt::format("{}: eps = {}; expected a finite value > 0", what, eps));
+  }
+  if (!std::isfinite(gain_center)) {
+    throw InvalidArgument(fmt::format("{}: gain_center = {}; expected a finite value", what, gain_center));
+  }
+}
+
+std::string shape_name(const char* kind, int pooled, int tp, int capacity) {
+  return fmt::format("{}_p{}_tp{}_cap{}", kind, pooled, tp, capacity);
+}
+
+// The kernel of a loaded form, after checking that the form's name starts with
+// `expected` (the shape the launcher was given).
+Kernel checked_kernel(const LoadedForm& form, const std::string& expected, const char* entry) {
+  const std::string& name = form.form();
+  if (name.compare(0, expected.size(), expected) != 0 ||
+      (name.size() > expected.size() && name[expected.size()] != '_')) {
+    throw InvalidArgument(
+        fmt::format("launcher for {}: the loaded form is {}; expected a form named {}", entry, name, expected));
+  }
+  return form.kernel(entry);
+}
+
+void check_rank(const char* what, int rank, int tp) {
+  if (rank < 0 || rank >= tp) {
+    throw InvalidArgument(fmt::format("{}: rank = {}; expected 0 to {} (tp = {})", what, rank, tp - 1, tp));
+  }
+}
+
+LaunchShape row_shape(int pooled, int b, bool pdl) {
+  LaunchShape shape;
+  shape.grid_x = static_cast<unsigned>(b);
+  shape.block_x = static_cast<unsigned>(pooled / 16);
+  shape.pdl = pdl;
+  return shape;
+}
+
+}  // namespace
+
+void check_rows(const char* what, int b, int max_rows) {
+  if (b < 1 || b > max_rows) {
+    throw InvalidArgument(fmt::format("{}: b = {}; expected 1 to {}", what, b, max_rows));
+  }
+}
+
+unsigned publish_ctas(const MailboxLayout& layout, int b) {
+  const long long vectors = static_cast<long long>(b) * (layout.width() / 8);
+  return static_cast<unsigned>((vectors + kPublishThreads - 1) / kPublishThreads);
+}
+
+// ---- forms ------------------------------------------------------------------------------
+
+Form publish_form(int pooled, int tp, int capacity) {
+  check_pooled_width("publish_form", pooled);
+  check_tensor_parallel("publish_form", tp);
+  check_capacity("publish_form", capacity);
+  return Form(shape_name("pooler_publish", pooled, tp, capacity), "publish.cu", {kPublishEntry})
+      .set("POOLED", pooled)
+      .set("TP", tp)
+      .set("CAPACITY", capacity)
+      .set("THREADS", kPublishThreads);
+}
+
+Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center) {
+  check_pooled_width("nvfp4_consumer_form", pooled);
+  check_tensor_parallel("nvfp4_consumer_form", tp);
+  check_capacity("nvfp4_consumer_form", capacity);
+  check_norm_constants("nvfp4_consumer_form", eps, gain_center);
+  return Form(shape_name("pooler_consumer_nvfp4", pooled, tp, capacity) + fmt::format("_eps{}_gc{}", eps, gain_center),
+              "consumer_nvfp4.cu", {kNvfp4ConsumerEntry})
+      .set("POOLED", pooled)
+      .set("TP", tp)
+      .set("CAPACITY", capacity)
+      .set("EPS", eps)
+      .set("GAIN_CENTER", gain_center);
+}
+
+Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center) {
+  check_pooled_width("bf16_consumer_form", pooled);
+  check_tensor_parallel("bf16_consumer_form", tp);
+  check_capacity("bf16_consumer_form", capacity);
+  check_norm_constants("bf16_consumer_form", eps, gain_center);
+  return Form(shape_name("pooler_consumer_bf16", pooled, tp, capacity) + fmt::format("_eps{}_gc{}", eps, gain_center),
+              "consumer_bf16.cu", {kBf16ConsumerEntry})
+      .set("POOLED", pooled)
+      .set("TP", tp)
+      .set("CAPACITY", capacity)
+      .set("EPS", eps)
+      .set("GAIN_CENTER", gain_center);
+}
+
+Form stock_norm_form(int pooled, float eps, float gain_center) {
+  check_pooled_width("stock_norm_form", pooled);
+  check_norm_constants("stock_norm_form", eps, gain_center);
+  return Form(fmt::format("pooler_stock_norm_p{}_eps{}_gc{}", pooled, eps, gain_center), "stock_norm.cu",
+              {kStockNormEntry})
+      .set("POOLED", pooled)
+      .set("EPS", eps)
+      .set("GAIN_CENTER", gain_center);
+}
+
+Form stock_quantize_form(int pooled) {
+  check_pooled_width("stock_quantize_form", pooled);
+  return Form(fmt::format("pooler_stock_quantize_p{}", pooled), "stock_quantize.cu", {kStockQuantizeEntry})
+      .set("POOLED", pooled);
+}
+
+// ---- launchers -----------------------------------------------------------------------------
+
+PublishLauncher::PublishLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank,
+                                 const MailboxPeers& peers, CUdeviceptr state)
+    : kernel_(checked_kernel(form, shape_name("pooler_publish", layout.pooled, layout.tp, layout.capacity),
+                             kPublishEntry)),
+      layout_(layout),
+      rank_(rank),
+      peers_(peers),
+      state_(state) {
+  check_rank("PublishLauncher", rank, layout.tp);
+  for (int r = 0; r < layout.tp; ++r) {
+    if (peers.base[r] == 0) {
+      throw InvalidArgument(fmt::format("PublishLauncher: rank {}'s mailbox base is null; expected {} peers", r, layout.tp));
+    }
+  }
+  if (state == 0) throw InvalidArgument("PublishLauncher: the state block is null");
+}
+
+void PublishLauncher::launch(CUstream stream, CUdeviceptr shard, int b, bool pdl) const {
+  check_rows("PublishLauncher::launch", b, layout_.capacity);
+  LaunchShape shape;
+  shape.grid_x = publish_ctas(layout_, b);
+  shape.block_x = kPublishThreads;
+  shape.pdl = pdl;
+  kernel_(stream, shape, shard, state_, peers_, rank_, b);
+}
+
+namespace {
+
+void check_binding(const char* what, const MailboxBinding& mailbox) {
+  if (mailbox.mailbox == 0 || mailbox.state == 0 || mailbox.record == 0) {
+    throw InvalidArgument(fmt::format("{}: mailbox {:#x}, state {:#x}, record {:#x}; expected three non-null addresses",
+                                      what, mailbox.mailbox, mailbox.state, mailbox.record));
+  }
+}
+
+}  // namespace
+
+Nvfp4ConsumerLauncher::Nvfp4ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank,
+                                             const MailboxBinding& mailbox, unsigned long long timeout_ns)
+    : kernel_(checked_kernel(form, shape_name("pooler_consumer_nvfp4", layout.pooled, layout.tp, layout.capacity),
+                             kNvfp4ConsumerEntry)),
+      layout_(layout),
+      rank_(rank),
+      mailbox_(mailbox),
+      timeout_ns_(timeout_ns) {
+  check_rank("Nvfp4ConsumerLauncher", rank, layout.tp);
+  check_binding("Nvfp4ConsumerLauncher", mailbox);
+}
+
+void Nvfp4ConsumerLauncher::launch(CUstream stream, CUdeviceptr weight, CUdeviceptr global_scale, CUdeviceptr packed,
+                                   CUdeviceptr scales, int b, int layer, bool pdl) const {
+  check_rows("Nvfp4ConsumerLauncher::launch", b, layout_.capacity);
+  kernel_(stream, row_shape(layout_.pooled, b, pdl), mailbox_.mailbox, mailbox_.state, mailbox_.record, weight,
+          global_scale, packed, scales, rank_, layer, timeout_ns_);
+}
+
+Bf16ConsumerLauncher::Bf16ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank,
+                                           const MailboxBinding& mailbox, unsigned long long timeout_ns)
+    : kernel_(checked_kernel(form, shape_name("pooler_consumer_bf16", layout.pooled, layout.tp, layout.capacity),
+                             kBf16ConsumerEntry)),
+      layout_(layout),
+      rank_(rank),
+      mailbox_(mailbox),
+      timeout_ns_(timeout_ns) {
+  check_rank("Bf16ConsumerLauncher", rank, layout.tp);
+  check_binding("Bf16ConsumerLauncher", mailbox);
+}
+
+void Bf16ConsumerLauncher::launch(CUstream stream, CUdeviceptr weight, CUdeviceptr rows, CUdeviceptr normed, int b,
+                                  int layer, bool pdl) const {
+  check_rows("Bf16ConsumerLauncher::launch", b, layout_.capacity);
+  kernel_(stream, row_shape(layout_.pooled, b, pdl), mailbox_.mailbox, mailbox_.state, mailbox_.record, weight, rows,
+          normed, rank_, layer, timeout_ns_);
+}
+
+StockNormLauncher::StockNormLauncher(const LoadedForm& form, int pooled, int max_rows)
+    : kernel_(checked_kernel(form, fmt::format("pooler_stock_norm_p{}", pooled), kStockNormEntry)),
+      pooled_(pooled),
+      max_rows_(max_rows) {
+  check_pooled_width("StockNormLauncher", pooled);
+  if (max_rows < 1) throw InvalidArgument(fmt::format("StockNormLauncher: max_rows = {}; expected >= 1", max_rows));
+}
+
+void StockNormLauncher::launch(CUstream stream, CUdeviceptr rows, CUdeviceptr weight, CUdeviceptr normed, int b,
+                               bool pdl) const {
+  check_rows("StockNormLauncher::launch", b, max_rows_);
+  kernel_(stream, row_shape(pooled_, b, pdl), rows, weight, normed);
+}
+
+StockQuantizeLauncher::StockQuantizeLauncher(const LoadedForm& form, int pooled, int max_rows)
+    : kernel_(checked_kernel(form, fmt::format("pooler_stock_quantize_p{}", pooled), kStockQuantizeEntry)),
+      pooled_(pooled),
+      max_rows_(max_rows) {
+  check_pooled_width("StockQuantizeLauncher", pooled);
+  if (max_rows < 1) throw InvalidArgument(fmt::format("StockQuantizeLauncher: max_rows = {}; expected >= 1", max_rows));
+}
+
+void StockQuantizeLauncher::launch(CUstream stream, CUdeviceptr y, CUdeviceptr global_scale, CUdeviceptr packed,
+                                   CUdeviceptr scales, int b, bool pdl) const {
+  check_rows("StockQuantizeLauncher::launch", b, max_rows_);
+  kernel_(stream, row_shape(pooled_, b, pdl), y, global_scale, packed, scales);
+}
+
+}  // namespace pooler

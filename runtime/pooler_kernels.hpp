@@ -1,0 +1,127 @@
+// The pooler gather's kernels: form builders (kernel_templates/publish.cu,
+// consumer_nvfp4.cu, consumer_bf16.cu, stock_norm.cu, stock_quantize.cu) and one small
+// launcher per kernel.
+//
+// A launcher is built once (after the form is compiled and loaded) and its launch()
+// allocates nothing and synchronises nothing, so it can run inside CUDA-graph capture.
+// Every launch of a call sequence must use the same pdl flag on every rank.
+#pragma once
+
+#include <cuda.h>
+
+#include <string>
+
+#include "runtime/form.hpp"
+#include "runtime/kernel.hpp"
+#include "runtime/mailbox.hpp"
+
+namespace pooler {
+
+inline constexpr const char* kPublishEntry = "pooler_publish";
+inline constexpr const char* kNvfp4ConsumerEntry = "pooler_consumer_nvfp4";
+inline constexpr const char* kBf16ConsumerEntry = "pooler_consumer_bf16";
+inline constexpr const char* kStockNormEntry = "pooler_stock_norm";
+inline constexpr const char* kStockQuantizeEntry = "pooler_stock_quantize";
+
+// Threads per CTA of the publish kernel (one per 8 columns of a shard row).
+inline constexpr int kPublishThreads = 128;
+
+// ---- forms ------------------------------------------------------------------------
+// Each throws InvalidArgument naming the bad value and what was expected:
+// pooled (P) a multiple of 512 in [512, 16384], tp in {1, 2, 4, 8}, capacity in
+// [1, 1024], eps finite and > 0, gain_center finite.
+// Form names carry the shape ("pooler_publish_p4096_tp4_cap32"); launchers check it.
+
+Form publish_form(int pooled, int tp, int capacity);
+Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center);
+Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center);
+Form stock_norm_form(int pooled, float eps, float gain_center);
+Form stock_quantize_form(int pooled);
+
+// ---- launchers -------------------------------------------------------------------------
+// Constructors take the loaded form (InvalidArgument unless its name says it was built
+// for this shape) and everything fixed for the mailbox's lifetime. launch() checks b
+// (1..capacity, InvalidArgument) and enqueues one kernel on `stream`.
+
+// This rank's first b rows of its [capacity, P / tp] shard -> slot [stage][rank] of every
+// rank's mailbox. Grid ceil(b * P / tp / 8 / kPublishThreads).
+class PublishLauncher {
+ public:
+  PublishLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank, const MailboxPeers& peers,
+                  CUdeviceptr state);
+  void launch(CUstream stream, CUdeviceptr shard, int b, bool pdl) const;
+
+ private:
+  Kernel kernel_;
+  MailboxLayout layout_;
+  int rank_;
+  MailboxPeers peers_;
+  CUdeviceptr state_;
+};
+
+// Polls the local mailbox for b rows -> norm -> NVFP4: packed [b, P / 2] u8 and scales
+// [b, P / 16] E4M3. `layer` only goes into a TimeoutRecord. Grid b, P / 16 threads.
+class Nvfp4ConsumerLauncher {
+ public:
+  Nvfp4ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank, const MailboxBinding& mailbox,
+                        unsigned long long timeout_ns = kDefaultMailboxTimeoutNs);
+  void launch(CUstream stream, CUdeviceptr weight, CUdeviceptr global_scale, CUdeviceptr packed, CUdeviceptr scales,
+              int b, int layer, bool pdl) const;
+
+ private:
+  Kernel kernel_;
+  MailboxLayout layout_;
+  int rank_;
+  MailboxBinding mailbox_;
+  unsigned long long timeout_ns_;
+};
+
+// Polls the local mailbox for b rows -> rows [b, P] BF16 and their norm, normed [b, P].
+class Bf16ConsumerLauncher {
+ public:
+  Bf16ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank, const MailboxBinding& mailbox,
+                       unsigned long long timeout_ns = kDefaultMailboxTimeoutNs);
+  void launch(CUstream stream, CUdeviceptr weight, CUdeviceptr rows, CUdeviceptr normed, int b, int layer,
+              bool pdl) const;
+
+ private:
+  Kernel kernel_;
+  MailboxLayout layout_;
+  int rank_;
+  MailboxBinding mailbox_;
+  unsigned long long timeout_ns_;
+};
+
+// rows [b, P] -> normed [b, P], b in [1, max_rows].
+class StockNormLauncher {
+ public:
+  StockNormLauncher(const LoadedForm& form, int pooled, int max_rows);
+  void launch(CUstream stream, CUdeviceptr rows, CUdeviceptr weight, CUdeviceptr normed, int b, bool pdl) const;
+
+ private:
+  Kernel kernel_;
+  int pooled_;
+  int max_rows_;
+};
+
+// y [b, P] -> packed [b, P / 2], scales [b, P / 16], b in [1, max_rows].
+class StockQuantizeLauncher {
+ public:
+  StockQuantizeLauncher(const LoadedForm& form, int pooled, int max_rows);
+  void launch(CUstream stream, CUdeviceptr y, CUdeviceptr global_scale, CUdeviceptr packed, CUdeviceptr scales, int b,
+              bool pdl) const;
+
+ private:
+  Kernel kernel_;
+  int pooled_;
+  int max_rows_;
+};
+
+// The grid of the publish kernel for b rows (exposed for tests and benchmarks).
+unsigned publish_ctas(const MailboxLayout& layout, int b);
+
+// Throws InvalidArgument unless 1 <= b <= max_rows ("<what>: b = 0; expected 1 to 32").
+// Formats only on failure.
+void check_rows(const char* what, int b, int max_rows);
+
+}  // namespace pooler

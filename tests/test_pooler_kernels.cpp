@@ -1,0 +1,199 @@
+// The pooler gather's forms without a GPU: every form compiles for sm_90 and sm_100a at
+// every tensor-parallel size, without local memory (no spills, no stack arrays); bad
+// arguments are rejected with messages that name the value; the mailbox layout helpers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstddef>
+#include <iostream>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "pooler/error.hpp"
+#include "runtime/cubin_elf.hpp"
+#include "runtime/kernel_cache.hpp"
+#include "runtime/mailbox.hpp"
+#include "runtime/pooler_kernels.hpp"
+#include "support/process.hpp"
+
+namespace pooler {
+namespace {
+
+constexpr int kPooled = 4096;
+constexpr int kCapacity = 32;
+constexpr float kEps = 1e-5f;
+constexpr float kGainCenter = 1.0f;
+
+std::vector<Form> every_form() {
+  std::vector<Form> forms;
+  for (int tp : {1, 2, 4, 8}) {
+    forms.push_back(publish_form(kPooled, tp, kCapacity));
+    forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
+    forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
+  }
+  forms.push_back(stock_norm_form(kPooled, kEps, kGainCenter));
+  forms.push_back(stock_quantize_form(kPooled));
+  return forms;
+}
+
+// The threads per CTA each entry point is declared for (__launch_bounds__).
+int declared_threads(const std::string& entry) {
+  return entry == kPublishEntry ? kPublishThreads : kPooled / 16;
+}
+
+class PoolerForms : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(PoolerForms, CompileWithoutLocalMemory) {
+  const std::string architecture = GetParam();
+  testing::ScratchDir dir;
+  KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
+  const std::vector<Form> forms = every_form();
+  const std::vector<Lookup> compiled = cache.get_all(forms, architecture);
+  ASSERT_EQ(compiled.size(), forms.size());
+  for (std::size_t i = 0; i < forms.size(); ++i) {
+    const Form& form = forms[i];
+    SCOPED_TRACE(form.name() + " for " + architecture);
+    const CacheEntry& entry = *compiled[i].entry;
+    EXPECT_EQ(cubin_architecture(entry.cubin), architecture);
+    const std::vector<KernelResources> kernels = read_cubin_resources(entry.cubin);
+    ASSERT_EQ(kernels.size(), form.kernels().size()) << "entry points in the cubin";
+    for (const KernelResources& kernel : kernels) {
+      EXPECT_EQ(kernel.name, form.kernels().front());
+      EXPECT_EQ(kernel.local_bytes, 0) << kernel.name << ": local memory (spills or a stack array)";
+      EXPECT_EQ(kernel.stack_bytes, 0) << kernel.name;
+      EXPECT_EQ(kernel.max_threads, declared_threads(kernel.name)) << kernel.name;
+      EXPECT_LE(kernel.registers, 65536 / declared_threads(kernel.name)) << kernel.name << " cannot launch";
+      EXPECT_LE(kernel.shared_bytes, 64) << kernel.name << ": the norm needs one float per warp";
+      std::cout << "[ resources ] " << form.name() << " " << architecture << ": " << kernel.registers
+                << " registers, " << kernel.shared_bytes << " shared bytes\n";
+    }
+    if (!entry.log.empty()) std::cout << "[ nvrtc log ] " << form.name() << ": " << entry.log << "\n";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, PoolerForms, ::testing::Values("sm_90", "sm_100a"),
+                         [](const ::testing::TestParamInfo<const char*>& param) { return std::string(param.param); });
+
+// The message of the InvalidArgument that `call` throws (fails the test if none).
+template <class Call>
+std::string rejection(Call call) {
+  try {
+    call();
+  } catch (const InvalidArgument& error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "no InvalidArgument thrown";
+  return {};
+}
+
+void expect_mentions(const std::string& message, const std::vector<std::string>& parts) {
+  for (const std::string& part : parts) {
+    EXPECT_NE(message.find(part), std::string::npos) << "'" << message << "' does not mention '" << part << "'";
+  }
+}
+
+TEST(PoolerFormArguments, TensorParallelSize) {
+  for (int tp : {0, 3, 5, 16, -1}) {
+    expect_mentions(rejection([&] { publish_form(kPooled, tp, kCapacity); }),
+                    {"publish_form", "tp = " + std::to_string(tp), "1, 2, 4 or 8"});
+    expect_mentions(rejection([&] { nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter); }),
+                    {"nvfp4_consumer_form", "tp = " + std::to_string(tp)});
+    expect_mentions(rejection([&] { bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter); }),
+                    {"bf16_consumer_form", "tp = " + std::to_string(tp)});
+  }
+}
+
+TEST(PoolerFormArguments, PooledWidth) {
+  for (int pooled : {0, 256, 4095, 4000, 16896, -4096}) {
+    const std::string value = "P = " + std::to_string(pooled);
+    expect_mentions(rejection([&] { publish_form(pooled, 4, kCapacity); }), {value, "multiple of 512"});
+    expect_mentions(rejection([&] { nvfp4_consumer_form(pooled, 4, kCapacity, kEps, kGainCenter); }), {value});
+    expect_mentions(rejection([&] { bf16_consumer_form(pooled, 4, kCapacity, kEps, kGainCenter); }), {value});
+    expect_mentions(rejection([&] { stock_norm_form(pooled, kEps, kGainCenter); }), {"stock_norm_form", value});
+    expect_mentions(rejection([&] { stock_quantize_form(pooled); }), {"stock_quantize_form", value});
+  }
+  // The extremes that are allowed.
+  EXPECT_NO_THROW(stock_norm_form(512, kEps, kGainCenter));
+  EXPECT_NO_THROW(publish_form(16384, 8, 1));
+}
+
+TEST(PoolerFormArguments, Capacity) {
+  for (int capacity : {0, -1, kMaxMailboxCapacity + 1}) {
+    expect_mentions(rejection([&] { publish_form(kPooled, 2, capacity); }),
+                    {"capacity = " + std::to_string(capacity), "expected 1 to"});
+    expect_mentions(rejection([&] { nvfp4_consumer_form(kPooled, 2, capacity, kEps, kGainCenter); }),
+                    {"capacity = " + std::to_string(capacity)});
+  }
+}
+
+TEST(PoolerFormArguments, NormConstants) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float eps : {0.0f, -1e-5f, nan, inf}) {
+    expect_mentions(rejection([&] { nvfp4_consumer_form(kPooled, 4, kCapacity, eps, kGainCenter); }), {"eps = "});
+    expect_mentions(rejection([&] { bf16_consumer_form(kPooled, 4, kCapacity, eps, kGainCenter); }), {"eps = "});
+    expect_mentions(rejection([&] { stock_norm_form(kPooled, eps, kGainCenter); }), {"eps = "});
+  }
+  for (float gain : {nan, inf, -inf}) {
+    expect_mentions(rejection([&] { nvfp4_consumer_form(kPooled, 4, kCapacity, kEps, gain); }), {"gain_center = "});
+    expect_mentions(rejection([&] { stock_norm_form(kPooled, kEps, gain); }), {"gain_center = "});
+  }
+  EXPECT_NO_THROW(stock_norm_form(kPooled, kEps, 0.0f));
+}
+
+TEST(PoolerFormArguments, Rows) {
+  expect_mentions(rejection([] { check_rows("launch", 0, 32); }), {"launch", "b = 0", "expected 1 to 32"});
+  expect_mentions(rejection([] { check_rows("launch", 33, 32); }), {"b = 33"});
+  EXPECT_NO_THROW(check_rows("launch", 1, 32));
+  EXPECT_NO_THROW(check_rows("launch", 32, 32));
+}
+
+TEST(PoolerForms, NamesCarryTheShapeAndConstantsAreExact) {
+  const Form form = nvfp4_consumer_form(kPooled, 4, kCapacity, kEps, kGainCenter);
+  EXPECT_EQ(form.name().rfind("pooler_consumer_nvfp4_p4096_tp4_cap32_", 0), 0u) << form.name();
+  const std::string source = form.render(TemplateLibrary::instance());
+  EXPECT_NE(source.find("constexpr float EPS = " + hex_float_literal(kEps)), std::string::npos);
+  EXPECT_NE(source.find("constexpr int TP = 4;"), std::string::npos);
+  EXPECT_EQ(publish_form(kPooled, 8, kCapacity).name(), "pooler_publish_p4096_tp8_cap32");
+  // Different eps, different form (and cache key).
+  EXPECT_NE(stock_norm_form(kPooled, 1e-6f, 1.0f).name(), stock_norm_form(kPooled, 1e-5f, 1.0f).name());
+}
+
+TEST(MailboxLayout, OffsetsAndSize) {
+  const MailboxLayout layout = MailboxLayout::make(kPooled, 4, kCapacity);
+  EXPECT_EQ(layout.width(), 1024);
+  EXPECT_EQ(layout.elements(), 3u * 4u * 32u * 1024u);
+  EXPECT_EQ(layout.bytes(), 2u * layout.elements());
+  EXPECT_EQ(layout.row_offset(0, 0, 0), 0u);
+  EXPECT_EQ(layout.row_offset(0, 0, 1), 1024u);
+  EXPECT_EQ(layout.row_offset(0, 1, 0), 32u * 1024u);
+  EXPECT_EQ(layout.row_offset(1, 0, 0), 4u * 32u * 1024u);
+  EXPECT_EQ(layout.row_offset(2, 3, 31) + 1024u, layout.elements());
+  // Same bytes at every tp: [3][tp][capacity][P / tp].
+  EXPECT_EQ(MailboxLayout::make(kPooled, 8, kCapacity).bytes(), MailboxLayout::make(kPooled, 1, kCapacity).bytes());
+  expect_mentions(rejection([] { MailboxLayout::make(kPooled, 6, kCapacity); }), {"tp = 6"});
+}
+
+TEST(MailboxLayout, PeersAreValidated) {
+  const std::vector<CUdeviceptr> four = {0x1000, 0x2000, 0x3000, 0x4000};
+  const MailboxPeers peers = make_peers(four);
+  EXPECT_EQ(peers.base[3], 0x4000u);
+  EXPECT_EQ(peers.base[4], 0u);
+  expect_mentions(rejection([] { make_peers(std::vector<CUdeviceptr>{}); }), {"0 base addresses"});
+  expect_mentions(rejection([] { make_peers(std::vector<CUdeviceptr>(9, 0x1000)); }), {"9 base addresses"});
+  expect_mentions(rejection([] { make_peers(std::vector<CUdeviceptr>{0x1000, 0}); }), {"rank 1", "non-null"});
+  expect_mentions(rejection([] { make_peers(std::vector<CUdeviceptr>{0x1008}); }), {"rank 0", "aligned"});
+}
+
+TEST(MailboxLayout, SharedStructsHaveTheDeviceLayout) {
+  EXPECT_EQ(offsetof(MailboxStateBlock, stage), 0u);
+  EXPECT_EQ(offsetof(MailboxStateBlock, rows), 4u);
+  EXPECT_EQ(offsetof(MailboxStateBlock, arrived), 16u);
+  EXPECT_EQ(offsetof(MailboxStateBlock, failed), 20u);
+  EXPECT_EQ(offsetof(TimeoutRecord, elapsed_ns), 24u);
+  EXPECT_EQ(sizeof(MailboxPeers), 64u);
+}
+
+}  // namespace
+}  // namespace pooler
