@@ -188,6 +188,14 @@ float Event::elapsed_since(const Event& start) const {
   return milliseconds;
 }
 
+void ensure_current(CUcontext context) {
+  CUcontext current = nullptr;
+  POOLER_CU(cuCtxGetCurrent(&current), "reading the current context");
+  if (current != context) {
+    POOLER_CU(cuCtxSetCurrent(context), "making the Pooler's context current");
+  }
+}
+
 bool is_capturing(CUstream stream) {
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
   POOLER_CU(cuStreamIsCapturing(stream, &status), "asking whether a stream is being captured");

@@ -144,6 +144,10 @@ class Event {
   CUevent event_ = nullptr;
 };
 
+// Makes `context` current on this thread unless it already is (no allocation,
+// no synchronisation: for the hot path).
+void ensure_current(CUcontext context);
+
 // Whether `stream` is being captured into a CUDA graph.
 bool is_capturing(CUstream stream);
 

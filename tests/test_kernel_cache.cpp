@@ -300,7 +300,7 @@ TEST(Compiler, TemplateDirFromTheEnvironmentOverridesTheEmbeddedOnes) {
   ScratchDir templates;
   std::ofstream(templates / "sample.cu") << "extern \"C\" __global__ void k() { undefined_symbol(); }\n";
   ScratchDir dir;
-  const auto result = testing::run_process({POOLER_CUBIN_TOOL, "--cache-dir", dir.path(), "build", "--arch", "sm_90"},
+  const auto result = testing::run_process({POOLER_CUBIN_TOOL, "--cache-dir", dir.path(), "build", "--sample", "--arch", "sm_90"},
                                            {{"POOLER_TEMPLATE_DIR", templates.path()}});
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_NE(result.output.find("undefined_symbol"), std::string::npos) << result.output;

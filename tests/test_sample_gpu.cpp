@@ -139,7 +139,7 @@ TEST_P(SampleGpu, MissingEntryPointIsAClearError) {
 TEST_P(SampleGpu, ReloadsFromDiskCompiledByAnotherProcess) {
   testing::ScratchDir shared;
   const std::string architecture = device_info(0).architecture();
-  const auto built = testing::run_process({POOLER_CUBIN_TOOL, "--cache-dir", shared.path(), "build", "--arch", architecture});
+  const auto built = testing::run_process({POOLER_CUBIN_TOOL, "--cache-dir", shared.path(), "build", "--sample", "--arch", architecture});
   ASSERT_EQ(built.exit_code, 0) << built.output;
   KernelCache cache(CacheLocation{shared.path(), true}, TemplateLibrary::instance());
   const Lookup lookup = cache.get(sample_form(), architecture);

@@ -29,6 +29,7 @@
 #include "runtime/disk_cache.hpp"
 #include "runtime/compiler.hpp"
 #include "runtime/kernel_cache.hpp"
+#include "runtime/pooler_forms.hpp"
 #include "runtime/sample_form.hpp"
 
 namespace fs = std::filesystem;
@@ -78,9 +79,14 @@ const Command kCommands[] = {
                "is bad (the library would recompile and replace it).\n"},
     {"clear", "usage: pooler-cubin clear\n\nRemoves every entry, lock file and temporary file from the cache "
               "directory (other files are left alone).\n"},
-    {"build", "usage: pooler-cubin build [--arch ARCH]...\n\nCompiles the sample form for each ARCH (default "
-              "sm_90 and sm_100a) into the cache, in parallel, and prints the table of forms with their resources "
-              "and compile times.\n"},
+    {"build", "usage: pooler-cubin build [--arch ARCH]... [--tp N]... [--batches LIST] [--capacity N]\n"
+              "                         [--hidden H] [--pooled P] [--norm EPS:GC]... [--edge-norm EPS:GC]... [--sample]\n\n"
+              "Compiles every form of a pooler configuration into the cache ahead of time, independent forms in "
+              "parallel, and prints each form with its origin, compile time and kernels' resources. Defaults: Muse "
+              "Spark (H 8192, P 4096), --arch sm_90 --arch sm_100a, --tp 1 --tp 2 --tp 4 --tp 8, --batches "
+              "1,2,4,8,16, --capacity 32, --norm 1e-5:1 (NVFP4 layers), --edge-norm 1e-5:1 (BF16 edge layers); the "
+              "stock norm and quantize forms of the benchmark are included. --sample compiles only the runtime's "
+              "sample form.\n"},
 };
 
 std::string cache_dir_from(const std::string& flag) {
@@ -287,16 +293,65 @@ int clear(const std::string& directory) {
   return kOk;
 }
 
-int build(const std::string& directory, const std::vector<std::string>& architectures) {
+struct BuildRequest {
+  std::vector<std::string> architectures;
+  std::vector<int> tps;
+  PoolerConfig config;  // tp is taken from `tps`
+  bool sample = false;  // only the runtime's sample form
+};
+
+// "1e-5:1" -> eps 1e-5, gain center 1.
+bool parse_norm(const std::string& text, NormConstants& norm) {
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) return false;
+  char* end = nullptr;
+  norm.eps = std::strtof(text.c_str(), &end);
+  if (end != text.c_str() + colon) return false;
+  norm.gain_center = std::strtof(text.c_str() + colon + 1, &end);
+  return *end == '\0' && colon + 1 < text.size();
+}
+
+bool parse_int_list(const std::string& text, std::vector<int>& out) {
+  out.clear();
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(start, comma - start);
+    char* end = nullptr;
+    const long value = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || value <= 0 || value > 1 << 20) return false;
+    out.push_back(static_cast<int>(value));
+    start = comma + 1;
+  }
+  return !out.empty();
+}
+
+int build(const std::string& directory, const BuildRequest& request) {
   KernelCache cache(CacheLocation{directory, true}, TemplateLibrary::instance());
   int failures = 0;
-  for (const std::string& architecture : architectures) {
-    std::vector<Form> forms = {sample_form()};
+  std::size_t total = 0, compiled = 0;
+  const auto start_all = std::chrono::steady_clock::now();
+  for (const std::string& architecture : request.architectures) {
+    std::vector<Form> forms;
+    if (request.sample) {
+      forms.push_back(sample_form());
+    } else {
+      for (int tp : request.tps) {
+        PoolerConfig config = request.config;
+        config.tp = tp;
+        config.stock = tp == request.tps.front();  // the stock forms do not depend on tp
+        for (Form& form : pooler_forms(config).forms) forms.push_back(std::move(form));
+      }
+    }
     fmt::print("compiling {} form(s) for {} into {}\n", forms.size(), architecture, directory);
+    std::fflush(stdout);
     const auto start = std::chrono::steady_clock::now();
     try {
       cache.get_all(forms, architecture, [&](std::size_t index, const Form& form, const Lookup& lookup) {
-        fmt::print("  [{}/{}] {:<24} {:<8} {:>6.2f}s  {}\n", index + 1, forms.size(), form.name(),
+        ++total;
+        compiled += lookup.origin == Origin::compiled ? 1 : 0;
+        fmt::print("  [{}/{}] {:<58} {:<8} {:>6.2f}s  {}\n", index + 1, forms.size(), form.name(),
                    to_string(lookup.origin), lookup.entry->compile_seconds, lookup.entry->key.substr(0, 12));
         print_resources(*lookup.entry);
         std::fflush(stdout);
@@ -308,6 +363,8 @@ int build(const std::string& directory, const std::vector<std::string>& architec
     fmt::print("{} done in {:.2f} s\n", architecture,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
+  fmt::print("{} form(s) ready ({} compiled, {} already cached) in {:.2f} s\n", total, compiled, total - compiled,
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - start_all).count());
   return failures == 0 ? kOk : kFailed;
 }
 
@@ -356,17 +413,58 @@ int main(int argc, char** argv) {
     if (command == "verify") return expect_args(0) ? verify(open_cache(directory)) : kUsage;
     if (command == "clear") return expect_args(0) ? clear(directory) : kUsage;
     if (command == "build") {
-      std::vector<std::string> architectures;
+      BuildRequest request;
+      request.config.batches = {1, 2, 4, 8, 16};
+      request.config.nvfp4_norms = {NormConstants{}};
+      request.config.edge_norms = {NormConstants{}};
+      bool norms_given = false, edges_given = false;
       for (std::size_t i = 0; i < args.size(); ++i) {
-        if (args[i] == "--arch" && i + 1 < args.size()) {
-          architectures.push_back(args[++i]);
-        } else {
-          fmt::print(stderr, "pooler-cubin build: unknown argument {}\n", args[i]);
+        const std::string& flag = args[i];
+        const bool has_value = i + 1 < args.size();
+        auto bad = [&](const std::string& why) {
+          fmt::print(stderr, "pooler-cubin build: {}\n", why);
           return kUsage;
+        };
+        auto number = [&](int& out) {
+          std::vector<int> one;
+          if (!has_value || !parse_int_list(args[i + 1], one) || one.size() != 1) return false;
+          out = one.front();
+          ++i;
+          return true;
+        };
+        if (flag == "--sample") {
+          request.sample = true;
+        } else if (flag == "--arch" && has_value) {
+          request.architectures.push_back(args[++i]);
+        } else if (flag == "--tp") {
+          int tp = 0;
+          if (!number(tp)) return bad("--tp needs a positive integer");
+          request.tps.push_back(tp);
+        } else if (flag == "--batches") {
+          if (!has_value || !parse_int_list(args[++i], request.config.batches)) {
+            return bad("--batches needs a list of positive integers, e.g. 1,2,4,8,16");
+          }
+        } else if (flag == "--capacity") {
+          if (!number(request.config.capacity)) return bad("--capacity needs a positive integer");
+        } else if (flag == "--hidden") {
+          if (!number(request.config.hidden)) return bad("--hidden needs a positive integer");
+        } else if (flag == "--pooled") {
+          if (!number(request.config.pooled)) return bad("--pooled needs a positive integer");
+        } else if ((flag == "--norm" || flag == "--edge-norm") && has_value) {
+          NormConstants norm;
+          if (!parse_norm(args[++i], norm)) return bad(flag + " needs EPS:GAIN_CENTER, e.g. 1e-5:1");
+          auto& list = flag == "--norm" ? request.config.nvfp4_norms : request.config.edge_norms;
+          bool& given = flag == "--norm" ? norms_given : edges_given;
+          if (!given) list.clear();
+          given = true;
+          list.push_back(norm);
+        } else {
+          return bad(fmt::format("unknown or incomplete argument {} (see --help)", flag));
         }
       }
-      if (architectures.empty()) architectures = {"sm_90", "sm_100a"};
-      return build(directory, architectures);
+      if (request.architectures.empty()) request.architectures = {"sm_90", "sm_100a"};
+      if (request.tps.empty()) request.tps = {1, 2, 4, 8};
+      return build(directory, request);
     }
   } catch (const Error& error) {
     fmt::print(stderr, "pooler-cubin: {}\n", error.what());

@@ -1,0 +1,135 @@
+// The pooler of every MoE layer of one TP rank: the pooler GEMM, the publish of
+// this rank's column block into every rank's Lamport mailbox, and the gather
+// into the NVFP4 expert input (NVFP4 layers) or the normed BF16 rows (BF16
+// edge layers). The C++ twin of the seed's `Pooler` (shared/seed/pooler_gather.md).
+//
+// Construction is collective over the communicator (the mailbox rendezvous)
+// and compiles every kernel; warm_up() runs each form once and must run on
+// every rank alike. run() is CUDA-graph capturable, allocates nothing,
+// synchronises nothing and compiles nothing; its outputs are views of scratch
+// that the next call overwrites. Calls must run in the same order on every rank.
+#pragma once
+
+#include <cuda.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pooler/error.hpp"
+#include "pooler/gemm_shape.hpp"
+
+namespace pooler {
+
+enum class DType { bf16, f32, u8, e4m3 };
+const char* to_string(DType dtype);
+int element_bytes(DType dtype);
+
+// A view of device memory: up to two dimensions, strides in elements. No
+// ownership. `dims` 1 uses shape[0] and stride[0] only.
+struct TensorView {
+  CUdeviceptr data = 0;
+  DType dtype = DType::bf16;
+  int dims = 2;
+  std::int64_t shape[2] = {0, 0};
+  std::int64_t stride[2] = {0, 1};
+
+  static TensorView matrix(CUdeviceptr data, DType dtype, std::int64_t rows, std::int64_t cols);
+  static TensorView vector(CUdeviceptr data, DType dtype, std::int64_t length);
+  static TensorView scalar(CUdeviceptr data, DType dtype) { return vector(data, dtype, 1); }
+  bool contiguous() const;
+  std::string describe() const;  // "BF16 [8, 8192] strides [8192, 1] at 0x7f..."
+};
+
+// What the pooler reads from one stock MoE layer (views, no copies).
+struct PoolerLayer {
+  TensorView weight;                        // this rank's rows of the pooler weight: BF16 [P / tp, H], contiguous
+  TensorView norm_weight;                   // pre_expert_norm weight: BF16 [P], applied after the norm
+  float eps = 1e-5f;                        // pre_expert_norm epsilon
+  float gain_center = 1.0f;                 // effective weight = weight + gain_center
+  std::optional<TensorView> global_scale;   // NVFP4 input global scale: one FP32 on the device; none for a BF16 edge layer
+
+  bool nvfp4() const { return global_scale.has_value(); }
+};
+
+// The PoolerLayer of rank `rank` of `tp` from a whole layer: `weight` BF16 [P, H]
+// (rows rank * P / tp ... are this rank's), `norm_weight` BF16 [P],
+// `global_scale` one FP32 value or none. Checks what the fused path assumes and
+// throws InvalidArgument naming the value otherwise (like the seed's pooler_layer).
+PoolerLayer pooler_layer(const TensorView& weight, const TensorView& norm_weight, float eps, float gain_center,
+                         const std::optional<TensorView>& global_scale, int tp, int rank);
+
+struct PoolerOptions {
+  std::vector<PoolerLayer> layers;
+  std::vector<int> batches = {8};                            // the b of run(); each gets a GEMM form
+  int capacity = 32;                                         // mailbox rows: every b lies in [1, capacity]
+  bool enable_pdl = true;                                    // programmatic dependent launch between the kernels
+  std::chrono::nanoseconds spin_timeout = std::chrono::seconds(10);  // how long a consumer waits for a peer
+  int hidden = 8192;                                         // H: the GEMM's K (Muse Spark)
+  int pooled = 4096;                                         // P: the pooled width (Muse Spark)
+  std::optional<PoolerGemmShape> gemm_shape;                 // default: choose_gemm_shape per batch
+};
+
+// What run() hands the experts. For an NVFP4 layer `packed` (U8 [b, P / 2]) and
+// `scales` (E4M3 [b, P / 16]); for a BF16 edge layer `normed` (BF16 [b, P]).
+struct ExpertInput {
+  bool nvfp4 = false;
+  TensorView packed;
+  TensorView scales;
+  TensorView normed;
+};
+
+// Who did not publish in time. Raised by run() or check() after a consumer gave up
+// waiting; the Pooler then refuses further calls until it is rebuilt. The CUDA
+// context stays usable.
+class PeerTimeout : public Error {
+ public:
+  PeerTimeout(const std::string& message, int rank_, int missing_peer_, int layer_, int stage_, std::uint64_t elapsed_)
+      : Error(message), rank(rank_), missing_peer(missing_peer_), layer(layer_), stage(stage_), elapsed_ns(elapsed_) {}
+  int rank, missing_peer, layer, stage;
+  std::uint64_t elapsed_ns;
+};
+
+class Pooler {
+ public:
+  // Collective over `comm` (one rank per GPU; several ranks in one process work,
+  // a thread each). The current CUDA context must be the primary context of the
+  // communicator's GPU or none. Every rank must pass the same configuration
+  // (a mismatch raises on every rank). `comm` stays the caller's.
+  Pooler(ncclComm_t comm, PoolerOptions options);
+  ~Pooler();  // collective: every rank must destroy its Pooler
+  Pooler(const Pooler&) = delete;
+  Pooler& operator=(const Pooler&) = delete;
+
+  // A barrier, then one call of each form per batch on zero rows, then a
+  // synchronisation. Every rank alike, before CUDA-graph capture.
+  void warm_up();
+
+  // x BF16 [b, H] (the pre_ffn_norm output) -> the expert input.
+  ExpertInput run(int layer, const TensorView& x, CUstream stream);
+  // The steps of run(), for engines that interleave them.
+  TensorView project(int layer, const TensorView& x, CUstream stream);  // this rank's [b, P / tp] block, into scratch
+  void publish(int b, CUstream stream);                                 // the first b rows of that block, to every rank
+  ExpertInput gather(int layer, int b, CUstream stream);                // consume the published blocks
+
+  // Throws PeerTimeout if a consumer has recorded a timeout. Costs a read of
+  // host memory; no synchronisation.
+  void check() const;
+
+  int rank() const;
+  int tp() const;
+  int device() const;
+  const PoolerOptions& options() const;
+  // The compiled forms, one line each ("gemm b=8 ...: from disk"), for logs.
+  std::vector<std::string> forms() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pooler

@@ -1,0 +1,56 @@
+#include "runtime/pooler_forms.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "runtime/pooler_gemm.hpp"
+#include "runtime/pooler_kernels.hpp"
+
+namespace pooler {
+namespace {
+
+std::vector<NormConstants> distinct(const std::vector<NormConstants>& norms) {
+  std::vector<NormConstants> out;
+  for (const NormConstants& norm : norms) {
+    if (std::find(out.begin(), out.end(), norm) == out.end()) out.push_back(norm);
+  }
+  return out;
+}
+
+}  // namespace
+
+PoolerForms pooler_forms(const PoolerConfig& config) {
+  PoolerForms out;
+  const std::set<int> batches(config.batches.begin(), config.batches.end());
+  const int width = config.pooled / config.tp;
+  for (int b : batches) {
+    out.batches.push_back(b);
+    out.gemm_shapes.push_back(config.gemm_shape.value_or(choose_gemm_shape(width, config.hidden, b)));
+    out.forms.push_back(pooler_gemm_form(b, width, config.hidden, out.gemm_shapes.back()));
+  }
+  out.publish = out.forms.size();
+  out.forms.push_back(publish_form(config.pooled, config.tp, config.capacity));
+  out.nvfp4_norms = distinct(config.nvfp4_norms);
+  out.edge_norms = distinct(config.edge_norms);
+  out.first_nvfp4 = out.forms.size();
+  for (const NormConstants& norm : out.nvfp4_norms) {
+    out.forms.push_back(nvfp4_consumer_form(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center));
+  }
+  out.first_edge = out.forms.size();
+  for (const NormConstants& norm : out.edge_norms) {
+    out.forms.push_back(bf16_consumer_form(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center));
+  }
+  out.first_stock_norm = out.stock_quantize = out.forms.size();
+  if (config.stock) {
+    std::vector<NormConstants> all = out.nvfp4_norms;
+    all.insert(all.end(), out.edge_norms.begin(), out.edge_norms.end());
+    for (const NormConstants& norm : distinct(all)) {
+      out.forms.push_back(stock_norm_form(config.pooled, norm.eps, norm.gain_center));
+    }
+    out.stock_quantize = out.forms.size();
+    out.forms.push_back(stock_quantize_form(config.pooled));
+  }
+  return out;
+}
+
+}  // namespace pooler

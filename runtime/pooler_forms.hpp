@@ -1,0 +1,54 @@
+// Every form a pooler configuration needs, in one place: what a Pooler compiles
+// at construction and what `pooler-cubin build` compiles ahead of time, so that
+// an engine started after the build finds every cubin on disk.
+#pragma once
+
+#include <bit>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "pooler/gemm_shape.hpp"
+#include "runtime/form.hpp"
+
+namespace pooler {
+
+// The constants of a pre_expert_norm: eps and gain center.
+struct NormConstants {
+  float eps = 1e-5f;
+  float gain_center = 1.0f;
+  // Bitwise: +0.0 and -0.0 gain centers compile to different forms.
+  friend bool operator==(const NormConstants& a, const NormConstants& b) {
+    return std::bit_cast<unsigned>(a.eps) == std::bit_cast<unsigned>(b.eps) &&
+           std::bit_cast<unsigned>(a.gain_center) == std::bit_cast<unsigned>(b.gain_center);
+  }
+};
+
+struct PoolerConfig {
+  int hidden = 8192;
+  int pooled = 4096;
+  int tp = 1;
+  int capacity = 32;
+  std::vector<int> batches = {8};
+  std::vector<NormConstants> nvfp4_norms;  // one consumer form each
+  std::vector<NormConstants> edge_norms;   // one BF16 consumer form each
+  std::optional<PoolerGemmShape> gemm_shape;
+  bool stock = false;  // also the stock norm (per norm) and quantize forms, for tests and benchmarks
+};
+
+// The forms, in this order: a GEMM per batch (ascending, duplicates dropped),
+// the publish, the NVFP4 consumers, the BF16 consumers (each in the order
+// given, duplicates dropped), then, when `stock`, a stock norm per distinct norm
+// and the stock quantize.
+struct PoolerForms {
+  std::vector<Form> forms;
+  std::vector<int> batches;                  // the GEMM of batches[i] is forms[i]
+  std::vector<PoolerGemmShape> gemm_shapes;  // its shape
+  std::vector<NormConstants> nvfp4_norms;    // distinct
+  std::vector<NormConstants> edge_norms;     // distinct
+  std::size_t publish = 0, first_nvfp4 = 0, first_edge = 0, first_stock_norm = 0, stock_quantize = 0;
+};
+
+PoolerForms pooler_forms(const PoolerConfig& config);
+
+}  // namespace pooler
