@@ -1,0 +1,312 @@
+// The pooler GEMM: c[ROWS, N] = x[ROWS, K] @ w[N, K].T, BF16 in and out (raw
+// 16-bit patterns), FP32 accumulation, one rounding to BF16 (cvt.rn) at the end.
+//
+// Constants (set by runtime/pooler_gemm.cpp, which also validates them):
+//   ROWS         rows of x and c (the decode batch), 1..32
+//   N, K         w is [N, K] row-major; x [ROWS, K] and c [ROWS, N] row-major
+//   TILES        16-column MMA tiles per warp
+//   WARPS_N      warps of a CTA side by side over columns
+//   WARPS_K      warps of a CTA that split the CTA's K slice
+//   SPLIT_K      CTAs of a cluster that split K (1, 2, 4 or 8)
+//   K_UNROLL     32-wide K steps each warp keeps in flight per tile row
+//   MIN_CTAS     CTAs per SM promised to __launch_bounds__ (1 or 2)
+//   SMEM_BYTES   dynamic shared memory the host launches with (checked below)
+//
+// Why it is shaped this way. The GEMM is a stream over w (N*K*2 bytes read
+// once); x (ROWS*K*2 bytes) sits in L2. What decides the speed is how many
+// bytes of w are in flight, and that nothing but w comes from HBM:
+// - w goes straight from global memory into tensor-core A fragments with
+//   16-byte loads: no shared-memory round trip, no extra instructions. Within
+//   one m16n8k16 MMA the K order is free (any permutation applied to both A
+//   and B gives the same dot products), so lane (g, q) loads the 8 contiguous
+//   bf16 w[row][8q .. 8q+7] of rows g and g+8 and uses them as K slots
+//   {2q, 2q+1, 2q+8, 2q+9} of two MMAs; the matching B fragment is then the 8
+//   contiguous x[batch g][8q .. 8q+7], one 16-byte shared-memory load.
+// - x is the MMA's N side (8 batch rows per MMA, zeros past ROWS), so ROWS up
+//   to 32 costs at most 4 MMAs per 32 K values of a 16-row tile: far below what
+//   the tensor cores sustain, where FP32 FMAs on CUDA cores would not keep up
+//   with HBM for ROWS >= 16.
+// - Each warp keeps K_UNROLL steps of its rows in flight: it consumes step j
+//   and at once reloads the same registers with step j + K_UNROLL. The first
+//   K_UNROLL steps are issued before pdl_wait (w is never written by the
+//   previous kernel), so under PDL they overlap the previous kernel's tail.
+// - Split-K keeps every SM busy at small N: the SPLIT_K CTAs of a cluster read
+//   disjoint K slices of the same columns and reduce through distributed
+//   shared memory (no global workspace, no atomics); the WARPS_K warps of a CTA
+//   split the CTA's slice the same way. Every output sums its SPLIT_K*WARPS_K
+//   partials in one fixed order, so results are identical run to run.
+// - x is staged once per CTA (only its K slice, only ROWS rows) in shared
+//   memory with cp.async.cg (L2 only: x was just written by the previous
+//   kernel), after pdl_wait; the WARPS_N warps of the CTA share it.
+#include "numerics.cuh"
+#include "pdl.cuh"
+
+namespace gemm_detail {
+
+using pooler::u16;
+using pooler::u32;
+
+constexpr int kWarps = WARPS_N * WARPS_K;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kBatchTiles = (ROWS + 7) / 8;             // MMA N tiles over the batch
+constexpr int kColumnsPerCta = 16 * TILES * WARPS_N;    // shared by the cluster
+constexpr int kSliceK = K / SPLIT_K;                    // K values per CTA
+constexpr int kWarpK = kSliceK / WARPS_K;               // K values per warp
+constexpr int kSteps = kWarpK / 32;                     // 32-wide K steps per warp
+constexpr int kIterations = kSteps / K_UNROLL;
+constexpr int kPartials = SPLIT_K * WARPS_K;            // partial sums per output
+constexpr int kOwned = kColumnsPerCta / SPLIT_K;        // columns each cluster rank finishes
+// Row pitch of the reduction buffer in floats. With a pitch of 4 (mod 8), the
+// four lanes q of a fragment store (rows 2q, pitch 2q*pitch) land 8 banks apart
+// and the 8 lanes g in consecutive banks: the epilogue's stores are
+// conflict-free, and its reads (consecutive columns) too.
+constexpr int kOwnedPitch = kOwned % 8 == 0 ? kOwned + 4 : kOwned;
+// Row pitch of the staged x in bytes: 64 (mod 128), so that the 16-byte loads
+// of lanes g and g+1 (rows g, g+1, 64 bytes each) fall in different banks.
+constexpr int kXPitch = (2 * kSliceK) % 128 == 0 ? 2 * kSliceK + 64 : 2 * kSliceK;
+constexpr int kXBytes = ROWS * kXPitch;
+constexpr int kReduceOffset = (kXBytes + 15) / 16 * 16;
+constexpr int kReduceBytes = kPartials * 8 * kBatchTiles * kOwnedPitch * 4;
+
+static_assert(ROWS >= 1 && ROWS <= 32, "ROWS must lie in [1, 32]");
+static_assert(TILES >= 1 && WARPS_N >= 1 && WARPS_K >= 1 && K_UNROLL >= 1, "launch knobs must be positive");
+// MIN_CTAS is __launch_bounds__' CTAs per SM. 2 caps ptxas at 65536 / (2 *
+// threads) registers (128 for 256 threads), so that the next launch's CTAs can
+// start their prologue beside this one under PDL; 1 lets ptxas use up to 255,
+// which it fills by hoisting refill loads (more bytes in flight). The host
+// picks 2 where the form fits 128 registers without spilling.
+static_assert(MIN_CTAS == 1 || MIN_CTAS == 2, "MIN_CTAS must be 1 or 2");
+static_assert(SPLIT_K == 1 || SPLIT_K == 2 || SPLIT_K == 4 || SPLIT_K == 8, "SPLIT_K is a portable cluster size");
+static_assert(kThreads <= 1024, "at most 1024 threads per CTA");
+static_assert(N % kColumnsPerCta == 0, "N must be a multiple of 16 * TILES * WARPS_N");
+static_assert(K % (SPLIT_K * WARPS_K * 32 * K_UNROLL) == 0,
+              "K must be a multiple of SPLIT_K * WARPS_K * 32 * K_UNROLL");
+static_assert(kColumnsPerCta % SPLIT_K == 0, "each cluster rank finishes the same number of columns");
+static_assert(kXPitch % 128 == 64, "x pitch must be 64 (mod 128) bytes");
+static_assert(SMEM_BYTES == kReduceOffset + kReduceBytes, "host and template disagree on the shared memory size");
+
+struct __align__(16) U32x4 {
+  u32 x, y, z, w;
+};
+
+// A 16-byte load of w: read-only for the kernel's lifetime (so .nc is safe even
+// before pdl_wait), read once (no L1 allocation), and fetched from HBM in
+// 256-byte L2 requests (a warp's K_UNROLL steps cover 256 contiguous bytes of a
+// row when K_UNROLL = 4). volatile keeps the compiler from moving the
+// prologue's loads after pdl_wait; ptxas is kept from it by a branch (below).
+__device__ __forceinline__ U32x4 load_w(const u16* p) {
+  U32x4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+// d += a * b for one m16n8k16 tile: a = 16 w rows x 16 K (row-major
+// fragment), b = 16 K x 8 batch rows (column-major fragment), FP32 accumulate.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ u32 shared_address(const void* p) {
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive_release() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait_acquire() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
+// The shared::cluster address of `local` (a shared::cta address) in CTA `rank`
+// of this cluster.
+__device__ __forceinline__ u32 map_to_rank(u32 local, u32 rank) {
+  u32 remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+  return remote;
+}
+__device__ __forceinline__ void store_cluster(u32 address, float value) {
+  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(address), "f"(value) : "memory");
+}
+
+}  // namespace gemm_detail
+
+extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gemm_detail::kThreads, MIN_CTAS)
+    pooler_gemm(const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
+                unsigned short* __restrict__ c) {
+  using namespace gemm_detail;
+  extern __shared__ __align__(16) unsigned char smem[];
+
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const int g = lane >> 2;  // MMA group: w rows g and g+8 of a tile, batch row g of a batch tile
+  const int q = lane & 3;   // K slots of the group
+  const int warp_n = warp % WARPS_N;
+  const int warp_k = warp / WARPS_N;
+  // With __cluster_dims__(SPLIT_K, 1, 1) the cluster is SPLIT_K consecutive
+  // blockIdx.x, so this is also %cluster_ctarank.
+  const int split = static_cast<int>(blockIdx.x) % SPLIT_K;
+  const int block = static_cast<int>(blockIdx.x) / SPLIT_K;
+  const int warp_column = warp_n * 16 * TILES;           // first column of the warp within the CTA
+  const int warp_k0 = warp_k * kWarpK;                    // first K of the warp within the CTA slice
+
+  // Lane's w pointer for tile 0, row g, step 0; tile t, half h (rows +8) and
+  // step j add (16t + 8h) * K + 32j elements.
+  const u16* w_lane = w + (static_cast<unsigned long long>(block * kColumnsPerCta + warp_column + g) * K +
+                           static_cast<unsigned long long>(split * kSliceK + warp_k0 + 8 * q));
+
+  // Prologue: the first K_UNROLL steps of w, before pdl_wait.
+  U32x4 wbuf[K_UNROLL][TILES][2];
+#pragma unroll
+  for (int u = 0; u < K_UNROLL; ++u) {
+#pragma unroll
+    for (int t = 0; t < TILES; ++t) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) wbuf[u][t][h] = load_w(w_lane + (16 * t + 8 * h) * K + 32 * u);
+    }
+  }
+  // Cluster phase 1: every CTA of the cluster has started (its shared memory
+  // may be written by its peers once this phase completes). Waited for just
+  // before the epilogue's remote stores, so it costs nothing here.
+  if constexpr (SPLIT_K > 1) cluster_arrive_relaxed();
+
+  // x is the previous kernel's output: read only from here on. The branch
+  // (never taken: x is never null) is what keeps ptxas from scheduling
+  // griddepcontrol.wait above the prologue's loads, which it otherwise does.
+  if (x != nullptr) pdl_wait();
+
+  // Stage x[0..ROWS)[slice] into shared memory, 16 bytes per cp.async.
+  {
+    constexpr int kChunksPerRow = kSliceK / 8;
+    const u16* x_slice = x + split * kSliceK;
+    for (int i = static_cast<int>(threadIdx.x); i < ROWS * kChunksPerRow; i += kThreads) {
+      const int r = i / kChunksPerRow;
+      const int chunk = i % kChunksPerRow;
+      const u32 destination = shared_address(smem + r * kXPitch + 16 * chunk);
+      const u16* source = x_slice + static_cast<unsigned long long>(r) * K + 8 * chunk;
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(destination), "l"(source) : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_all;" ::: "memory");
+    __syncthreads();
+  }
+
+  // Lane's x fragment for batch tile b, step j: 16 bytes at
+  // x_lane + b * 8 * kXPitch + 64 j (row g + 8b, the warp's K range).
+  const unsigned char* x_lane = smem + g * kXPitch + 2 * warp_k0 + 16 * q;
+
+  float acc[TILES][kBatchTiles][4];
+#pragma unroll
+  for (int t = 0; t < TILES; ++t) {
+#pragma unroll
+    for (int b = 0; b < kBatchTiles; ++b) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[t][b][e] = 0.0f;
+    }
+  }
+
+  // Running pointers, so that every load in the loop is one base register plus
+  // a constant offset (per-step 64-bit addresses cost ptxas registers it then
+  // spilled).
+  const u16* w_next = w_lane + 32 * K_UNROLL;  // the first step not loaded yet
+  const unsigned char* x_step = x_lane;
+#pragma unroll 1
+  for (int iteration = 0; iteration < kIterations; ++iteration) {
+#pragma unroll
+    for (int u = 0; u < K_UNROLL; ++u) {
+      U32x4 xf[kBatchTiles];
+#pragma unroll
+      for (int b = 0; b < kBatchTiles; ++b) {
+        // Batch rows past ROWS feed zeros (only the last batch tile has any).
+        if (8 * b + 8 <= ROWS || g + 8 * b < ROWS) {
+          xf[b] = *reinterpret_cast<const U32x4*>(x_step + b * 8 * kXPitch + 64 * u);
+        } else {
+          xf[b] = U32x4{0u, 0u, 0u, 0u};
+        }
+      }
+#pragma unroll
+      for (int t = 0; t < TILES; ++t) {
+        const U32x4& lo = wbuf[u][t][0];  // row g:   K 8q .. 8q+7
+        const U32x4& hi = wbuf[u][t][1];  // row g+8: K 8q .. 8q+7
+#pragma unroll
+        for (int b = 0; b < kBatchTiles; ++b) {
+          // K 8q+0..3 as slots {2q, 2q+1, 2q+8, 2q+9}, then K 8q+4..7.
+          mma_bf16(acc[t][b], lo.x, hi.x, lo.y, hi.y, xf[b].x, xf[b].y);
+          mma_bf16(acc[t][b], lo.z, hi.z, lo.w, hi.w, xf[b].z, xf[b].w);
+        }
+      }
+      // Refill this step's registers with the step K_UNROLL ahead.
+      if (iteration + 1 < kIterations) {
+#pragma unroll
+        for (int t = 0; t < TILES; ++t) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) wbuf[u][t][h] = load_w(w_next + (16 * t + 8 * h) * K + 32 * u);
+        }
+      }
+    }
+    w_next += 32 * K_UNROLL;
+    x_step += 64 * K_UNROLL;
+  }
+
+  // Everything left is the reduction and the store of c: the next kernel may
+  // start its own prologue.
+  pdl_launch_dependents();
+
+  // Epilogue. Partial p = split * WARPS_K + warp_k of CTA-local column col,
+  // batch row r, goes to rank col / kOwned at
+  // reduce[(p * 8 * kBatchTiles + r) * kOwnedPitch + col % kOwned].
+  float* reduce = reinterpret_cast<float*>(smem + kReduceOffset);
+  const int partial = split * WARPS_K + warp_k;
+  if constexpr (SPLIT_K > 1) cluster_wait_acquire();  // phase 1: every peer has started
+#pragma unroll
+  for (int t = 0; t < TILES; ++t) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int column = warp_column + 16 * t + g + 8 * half;  // accumulator rows g, g+8 = w rows
+      const int owner = column / kOwned;
+      const int owned = column % kOwned;
+#pragma unroll
+      for (int b = 0; b < kBatchTiles; ++b) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int r = 8 * b + 2 * q + e;  // accumulator columns 2q, 2q+1 = batch rows
+          if (r < ROWS) {
+            float* slot = reduce + (partial * 8 * kBatchTiles + r) * kOwnedPitch + owned;
+            if constexpr (SPLIT_K > 1) {
+              store_cluster(map_to_rank(shared_address(slot), static_cast<u32>(owner)), acc[t][b][2 * half + e]);
+            } else {
+              *slot = acc[t][b][2 * half + e];
+            }
+          }
+        }
+      }
+    }
+  }
+  if constexpr (SPLIT_K > 1) {
+    // Phase 2: every partial of this rank's columns has landed (release by the
+    // writers, acquire here); after it nobody touches another CTA's memory,
+    // so any CTA may exit.
+    cluster_arrive_release();
+    cluster_wait_acquire();
+  } else {
+    __syncthreads();
+  }
+
+  // This rank's kOwned columns, every batch row: the partials in a fixed order.
+  const int first_column = block * kColumnsPerCta + split * kOwned;
+  for (int o = static_cast<int>(threadIdx.x); o < ROWS * kOwned; o += kThreads) {
+    const int r = o / kOwned;
+    const int owned = o % kOwned;
+    const float* slot = reduce + r * kOwnedPitch + owned;
+    float sum = slot[0];
+#pragma unroll 8
+    for (int p = 1; p < kPartials; ++p) sum += slot[p * 8 * kBatchTiles * kOwnedPitch];
+    c[static_cast<unsigned long long>(r) * N + first_column + owned] = pooler::bf16_from_float_hw(sum);
+  }
+}

@@ -1,0 +1,255 @@
+#include "runtime/pooler_gemm.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "pooler/error.hpp"
+
+namespace pooler {
+
+namespace {
+
+int floor_power_of_two(int v) {
+  int p = 1;
+  while (p * 2 <= v) p *= 2;
+  return p;
+}
+
+// The derived quantities of a validated shape, shared by the shared-memory
+// size and the launch shape.
+struct Derived {
+  int batch_tiles, slice_k, partials, owned, owned_pitch, x_pitch;
+};
+
+Derived derive(int rows, int k, const PoolerGemmShape& s) {
+  Derived d{};
+  d.batch_tiles = (rows + 7) / 8;
+  d.slice_k = k / s.split_k;
+  d.partials = s.split_k * s.warps_k;
+  d.owned = s.outputs_per_block / s.split_k;
+  d.owned_pitch = d.owned % 8 == 0 ? d.owned + 4 : d.owned;  // as the template: conflict-free epilogue
+  d.x_pitch = (2 * d.slice_k) % 128 == 0 ? 2 * d.slice_k + 64 : 2 * d.slice_k;
+  return d;
+}
+
+long long shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s) {
+  const Derived d = derive(rows, k, s);
+  const long long x_bytes = static_cast<long long>(rows) * d.x_pitch;
+  const long long reduce_offset = (x_bytes + 15) / 16 * 16;
+  const long long reduce_bytes = static_cast<long long>(d.partials) * 8 * d.batch_tiles * d.owned_pitch * 4;
+  return reduce_offset + reduce_bytes;
+}
+
+}  // namespace
+
+std::string describe(const PoolerGemmShape& s) {
+  // Safe on shapes that do not validate: it is what their error messages print.
+  const int warps_n = s.warps_k > 0 ? s.warps() / s.warps_k : 0;
+  const int tiles = warps_n > 0 ? s.outputs_per_block / (16 * warps_n) : 0;
+  return fmt::format("block {}, {} columns/CTA ({} tiles x {} warps), split-K {} CTAs x {} warps, unroll {}, "
+                     "{} CTAs/SM",
+                     s.block_size, s.outputs_per_block, tiles, warps_n, s.split_k, s.warps_k, s.k_unroll,
+                     s.ctas_per_sm);
+}
+
+void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s) {
+  auto fail = [&](const std::string& what) {
+    throw InvalidArgument(fmt::format("pooler GEMM (rows {}, N {}, K {}, {}): {}", rows, n, k, describe(s), what));
+  };
+  if (rows < 1 || rows > kMaxGemmRows) {
+    fail(fmt::format("rows = {} must lie in [1, {}] (one compiled form per batch size)", rows, kMaxGemmRows));
+  }
+  if (n <= 0) fail(fmt::format("N = {} must be positive", n));
+  if (k <= 0) fail(fmt::format("K = {} must be positive", k));
+  if (s.block_size < 32 || s.block_size > 1024 || s.block_size % 32 != 0) {
+    fail(fmt::format("block_size = {} must be a multiple of 32 in [32, 1024]", s.block_size));
+  }
+  if (s.warps_k < 1 || s.warps() % s.warps_k != 0) {
+    fail(fmt::format("warps_k = {} must divide the CTA's {} warps", s.warps_k, s.warps()));
+  }
+  if (s.split_k != 1 && s.split_k != 2 && s.split_k != 4 && s.split_k != 8) {
+    fail(fmt::format("split_k = {} must be 1, 2, 4 or 8 (a portable cluster size)", s.split_k));
+  }
+  if (s.k_unroll < 1 || s.k_unroll > 16) fail(fmt::format("k_unroll = {} must lie in [1, 16]", s.k_unroll));
+  if (s.ctas_per_sm != 1 && s.ctas_per_sm != 2) fail(fmt::format("ctas_per_sm = {} must be 1 or 2", s.ctas_per_sm));
+  if (s.ctas_per_sm == 2 && s.block_size > 256) {
+    fail(fmt::format("ctas_per_sm = 2 needs block_size <= 256 (it would cap registers at {} a thread)",
+                     65536 / (2 * s.block_size)));
+  }
+  const int column_unit = 16 * s.warps_n();
+  if (s.outputs_per_block < column_unit || s.outputs_per_block % column_unit != 0) {
+    fail(fmt::format("outputs_per_block = {} must be a positive multiple of 16 * warps_n = {} (16-column tiles "
+                     "per warp)",
+                     s.outputs_per_block, column_unit));
+  }
+  if (s.tiles() > 8) fail(fmt::format("{} tiles per warp is more than the 8 a warp's registers hold", s.tiles()));
+  if (s.outputs_per_block % s.split_k != 0) {
+    fail(fmt::format("outputs_per_block = {} must be a multiple of split_k = {} (each CTA of a cluster finishes as "
+                     "many columns)",
+                     s.outputs_per_block, s.split_k));
+  }
+  if (n % s.outputs_per_block != 0) {
+    fail(fmt::format("N = {} must be a multiple of outputs_per_block = {}", n, s.outputs_per_block));
+  }
+  const long long k_unit = 32LL * s.split_k * s.warps_k * s.k_unroll;
+  if (k % k_unit != 0) {
+    fail(fmt::format("K = {} must be a multiple of split_k * warps_k * 32 * k_unroll = {}", k, k_unit));
+  }
+  if (static_cast<long long>(n) * k > (1LL << 40)) fail("N * K is implausibly large");
+  const long long bytes = shared_bytes_unchecked(rows, k, s);
+  if (bytes > kMaxGemmSharedBytes) {
+    fail(fmt::format("needs {} bytes of shared memory per CTA (x slice of {} rows x {} K values, and the reduction), "
+                     "more than the {} a CTA may have: raise split_k",
+                     bytes, rows, k / s.split_k, kMaxGemmSharedBytes));
+  }
+}
+
+// The rule, and why:
+// - 8 warps per CTA (256 threads): with one CTA per SM, 8 warps x 32 lanes x
+//   16 loads x 16 bytes = 64 KiB of w in flight per SM, two to three times
+//   what 4 TB/s over 132 SMs needs at HBM latency (~26 KiB at 800 ns).
+// - 16 loads of w in flight per lane: 2 rows x tiles x k_unroll = 16, i.e.
+//   k_unroll = 8 / tiles. Issued in the prologue (before pdl_wait), then
+//   refilled one step at a time.
+// - tiles = 2 once N >= 2048: a warp then reads each x fragment for two tiles
+//   (half the shared-memory traffic per weight byte); below that, one tile per
+//   warp keeps enough warps over N.
+// - K is split until there are 1024 warps (128 CTAs x 8, one wave on the 132
+//   SMs of an H100/H200): N = 512 has only 32 tiles, so without it 32 SMs
+//   would do all the work. The split goes first over the CTAs of a cluster (up
+//   to 8, the portable cluster size), then over the warps of a CTA.
+// - At K = 8192 this gives, for every rows: N 512: 2 x 4 warps, 32 columns,
+//   split 8, 16x8 CTAs; N 1024: 4 x 2 warps, 64 columns, split 8, 16x8; N 2048:
+//   4 x 2 warps of 2 tiles, 128 columns, split 8, 16x8; N 4096: 8 x 1 warps of
+//   2 tiles, 256 columns, split 8, 16x8. Every CTA reads 1/128 of w.
+// The batch changes only ctas_per_sm (below): w traffic is the same for every
+// rows, and the x slice (rows x K/8 x 2 bytes, 66 KiB at 32 rows) fits beside
+// the reduction buffer, under 110 KiB, so two CTAs still fit an SM.
+PoolerGemmShape choose_gemm_shape(int n, int k, int rows) {
+  if (rows < 1 || rows > kMaxGemmRows) {
+    throw InvalidArgument(fmt::format("pooler GEMM: rows = {} must lie in [1, {}] (one compiled form per batch size)",
+                                      rows, kMaxGemmRows));
+  }
+  if (n <= 0 || n % 16 != 0) {
+    throw InvalidArgument(fmt::format("pooler GEMM: N = {} must be a positive multiple of 16 (tensor-core tiles)", n));
+  }
+  if (k <= 0 || k % 32 != 0) {
+    throw InvalidArgument(fmt::format("pooler GEMM: K = {} must be a positive multiple of 32 (one K step)", k));
+  }
+  constexpr int kWarpsPerCta = 8;
+  constexpr int kTargetWarps = 128 * kWarpsPerCta;
+  constexpr int kLoadsInFlight = 16;
+
+  PoolerGemmShape s;
+  const int tile_count = n / 16;
+  const int tiles = (n >= 2048 && tile_count % 2 == 0) ? 2 : 1;
+  int unroll = kLoadsInFlight / (2 * tiles);
+  const int column_warps = tile_count / tiles;
+  const int steps = k / 32;
+  while (unroll > 1 && steps % unroll != 0) unroll /= 2;
+  // Warps over K: enough for kTargetWarps, a power of two, and each warp keeps
+  // at least one full unrolled round.
+  int k_parts = floor_power_of_two(std::max(1, kTargetWarps / column_warps));
+  while (k_parts > 1 && (steps % (k_parts * unroll) != 0)) k_parts /= 2;
+  int split = std::min(8, k_parts);
+  int warps_k = std::min(kWarpsPerCta, k_parts / split);
+  int warps_n = kWarpsPerCta / warps_k;
+  while (warps_n > 1 && column_warps % warps_n != 0) warps_n /= 2;
+
+  s.block_size = 32 * warps_n * warps_k;
+  s.warps_k = warps_k;
+  s.split_k = split;
+  s.k_unroll = unroll;
+  s.outputs_per_block = 16 * tiles * warps_n;
+  // The x slice must fit in shared memory: where it does not (long K with many
+  // rows), split K further across the cluster, giving up unroll if K's steps
+  // do not divide otherwise.
+  while (shared_bytes_unchecked(rows, k, s) > kMaxGemmSharedBytes && s.split_k < 8) {
+    if (steps % (2 * s.split_k * s.warps_k * s.k_unroll) == 0) {
+      s.split_k *= 2;
+    } else if (s.k_unroll > 1) {
+      s.k_unroll /= 2;
+      s.split_k *= 2;
+    } else {
+      break;
+    }
+  }
+  // Two CTAs per SM (at most 128 registers) wherever ptxas fits the form in
+  // them without spilling: a single batch tile, or a single unrolled round
+  // (nothing to refill). Forms with 9..32 rows that refill get the whole
+  // register file, which ptxas uses to hoist refills (more bytes in flight);
+  // capped at 128 some of them spilled.
+  const bool one_round = steps / (s.split_k * s.warps_k) == s.k_unroll;
+  s.ctas_per_sm = (rows <= 8 || one_round) ? 2 : 1;
+  validate_gemm_shape(rows, n, k, s);
+  return s;
+}
+
+int pooler_gemm_shared_bytes(int rows, int n, int k, const PoolerGemmShape& shape) {
+  validate_gemm_shape(rows, n, k, shape);
+  return static_cast<int>(shared_bytes_unchecked(rows, k, shape));
+}
+
+LaunchShape pooler_gemm_launch_shape(int rows, int n, int k, const PoolerGemmShape& shape) {
+  LaunchShape launch;
+  launch.shared_bytes = static_cast<unsigned>(pooler_gemm_shared_bytes(rows, n, k, shape));
+  launch.grid_x = static_cast<unsigned>(n / shape.outputs_per_block * shape.split_k);
+  launch.block_x = static_cast<unsigned>(shape.block_size);
+  return launch;
+}
+
+Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape) {
+  const int bytes = pooler_gemm_shared_bytes(rows, n, k, shape);  // validates
+  return Form(fmt::format("pooler_gemm_b{}_n{}_k{}", rows, n, k), "pooler_gemm.cu", {kPoolerGemmEntry})
+      .set("ROWS", rows)
+      .set("N", n)
+      .set("K", k)
+      .set("TILES", shape.tiles())
+      .set("WARPS_N", shape.warps_n())
+      .set("WARPS_K", shape.warps_k)
+      .set("SPLIT_K", shape.split_k)
+      .set("K_UNROLL", shape.k_unroll)
+      .set("MIN_CTAS", shape.ctas_per_sm)
+      .set("SMEM_BYTES", bytes);
+}
+
+namespace {
+
+const CacheEntry& checked_entry(const CacheEntry& entry, int rows, int n, int k, const PoolerGemmShape& shape) {
+  const Form expected = pooler_gemm_form(rows, n, k, shape);
+  if (entry.template_file != expected.template_file() || entry.constants != expected.describe_constants()) {
+    throw InvalidArgument(fmt::format("pooler GEMM: cache entry {} ({}: {}) is not the form for rows {}, N {}, K {}, "
+                                      "{} ({})",
+                                      entry.form, entry.template_file, entry.constants, rows, n, k, describe(shape),
+                                      expected.describe_constants()));
+  }
+  return entry;
+}
+
+}  // namespace
+
+PoolerGemm::PoolerGemm(const CacheEntry& entry, CUcontext context, int rows, int n, int k,
+                       const PoolerGemmShape& shape)
+    : rows_(rows),
+      n_(n),
+      k_(k),
+      shape_(shape),
+      launch_(pooler_gemm_launch_shape(rows, n, k, shape)),
+      loaded_(checked_entry(entry, rows, n, k, shape), context),
+      kernel_(loaded_.kernel(kPoolerGemmEntry)) {
+  if (launch_.shared_bytes > 48 * 1024) kernel_.allow_shared_bytes(static_cast<int>(launch_.shared_bytes));
+}
+
+void PoolerGemm::launch(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, bool pdl) const {
+  if (x == 0 || w == 0 || c == 0 || (x % 16) != 0 || (w % 16) != 0 || (c % 2) != 0) {
+    throw InvalidArgument(fmt::format("pooler GEMM launch: x {:#x} and w {:#x} must be non-null and 16-byte aligned, "
+                                      "c {:#x} non-null and 2-byte aligned",
+                                      x, w, c));
+  }
+  LaunchShape shape = launch_;
+  shape.pdl = pdl;
+  kernel_(stream, shape, x, w, c);
+}
+
+}  // namespace pooler

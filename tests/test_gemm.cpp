@@ -1,0 +1,228 @@
+// The pooler GEMM without a GPU: every form of the model's shapes (rows 1..32,
+// N = P/tp for tp 8, 4, 2, 1, K = H) compiles for sm_90 and sm_100a with no
+// local memory; bad shapes are refused with messages that name the value; the
+// shape rule gives what its comment promises.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pooler/error.hpp"
+#include "runtime/cubin_elf.hpp"
+#include "runtime/kernel_cache.hpp"
+#include "runtime/pooler_gemm.hpp"
+#include "support/process.hpp"
+
+namespace pooler {
+namespace {
+
+constexpr int kHidden = 8192;
+constexpr int kWidths[] = {512, 1024, 2048, 4096};
+
+// The message of the InvalidArgument that `call` throws, or "" if it throws none.
+template <typename Call>
+std::string invalid_argument_of(Call call) {
+  try {
+    call();
+  } catch (const InvalidArgument& error) {
+    return error.what();
+  }
+  return "";
+}
+
+class GemmForms : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GemmForms, EveryModelFormCompilesWithoutLocalMemory) {
+  const std::string architecture = GetParam();
+  testing::ScratchDir dir;
+  KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
+  struct Case {
+    int rows, n;
+    PoolerGemmShape shape;
+  };
+  std::vector<Case> cases;
+  std::vector<Form> forms;
+  for (int n : kWidths) {
+    for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
+      const PoolerGemmShape shape = choose_gemm_shape(n, kHidden, rows);
+      cases.push_back({rows, n, shape});
+      forms.push_back(pooler_gemm_form(rows, n, kHidden, shape));
+    }
+  }
+  const std::vector<Lookup> lookups = cache.get_all(forms, architecture);
+  ASSERT_EQ(lookups.size(), forms.size());
+
+  // Registers by N and rows, printed for people (the report quotes it).
+  std::map<int, std::string> registers_by_n;
+  for (std::size_t i = 0; i < lookups.size(); ++i) {
+    const Case& c = cases[i];
+    const CacheEntry& entry = *lookups[i].entry;
+    SCOPED_TRACE(::testing::Message() << forms[i].name() << " " << forms[i].describe_constants() << " for "
+                                    << architecture);
+    EXPECT_EQ(cubin_architecture(entry.cubin), architecture);
+    const std::vector<KernelResources> kernels = read_cubin_resources(entry.cubin);
+    ASSERT_EQ(kernels.size(), 1u);
+    const KernelResources& kernel = kernels[0];
+    EXPECT_EQ(kernel.name, kPoolerGemmEntry);
+    EXPECT_EQ(kernel.local_bytes, 0) << "spills or a local array";
+    EXPECT_EQ(kernel.stack_bytes, 0);
+    EXPECT_GT(kernel.registers, 0);
+    EXPECT_LE(kernel.registers, 255);
+    // ctas_per_sm CTAs of the shape must fit an SM's 64K registers.
+    EXPECT_LE(kernel.registers * c.shape.block_size * c.shape.ctas_per_sm, 65536);
+    EXPECT_EQ(kernel.shared_bytes, 0) << "all shared memory is dynamic";
+    if (kernel.max_threads != 0) {
+      EXPECT_EQ(kernel.max_threads, c.shape.block_size);
+    }
+    registers_by_n[c.n] += " " + std::to_string(kernel.registers) + (c.shape.ctas_per_sm == 1 ? "*" : "");
+  }
+  for (const auto& [n, line] : registers_by_n) {
+    std::printf("[ registers ] %s N=%d K=%d rows 1..32 (* one CTA per SM):%s\n", architecture.c_str(), n, kHidden,
+                line.c_str());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, GemmForms, ::testing::Values("sm_90", "sm_100a"));
+
+TEST(GemmForms, OtherShapesCompile) {
+  // Shapes the GPU test also runs: a shorter K, an N that is not a power of two.
+  testing::ScratchDir dir;
+  KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
+  std::vector<Form> forms;
+  for (const auto& [rows, n, k] : std::vector<std::tuple<int, int, int>>{
+           {1, 1536, 4096}, {5, 1024, 4096}, {32, 4096, 4096}, {3, 48, 256}, {32, 512, 16384}}) {
+    forms.push_back(pooler_gemm_form(rows, n, k, choose_gemm_shape(n, k, rows)));
+  }
+  for (const Lookup& lookup : cache.get_all(forms, "sm_90")) {
+    const auto kernels = read_cubin_resources(lookup.entry->cubin);
+    ASSERT_EQ(kernels.size(), 1u);
+    EXPECT_EQ(kernels[0].local_bytes, 0) << lookup.entry->form << " " << lookup.entry->constants;
+  }
+}
+
+TEST(GemmShapeRule, ModelShapesFillOneWaveWithSixteenLoadsInFlight) {
+  for (int n : kWidths) {
+    const PoolerGemmShape first = choose_gemm_shape(n, kHidden, 1);
+    for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
+      SCOPED_TRACE(::testing::Message() << "N " << n << ", rows " << rows);
+      const PoolerGemmShape shape = choose_gemm_shape(n, kHidden, rows);
+      EXPECT_NO_THROW(validate_gemm_shape(rows, n, kHidden, shape));
+      PoolerGemmShape same_but_registers = shape;
+      same_but_registers.ctas_per_sm = first.ctas_per_sm;
+      EXPECT_EQ(same_but_registers, first) << "the batch changes only the register bound";
+      if (rows <= 8) {
+        EXPECT_EQ(shape.ctas_per_sm, 2);
+      }
+      EXPECT_EQ(shape.block_size, 256);
+      EXPECT_EQ(2 * shape.tiles() * shape.k_unroll, 16) << "loads of w in flight per lane";
+      const LaunchShape launch = pooler_gemm_launch_shape(rows, n, kHidden, shape);
+      EXPECT_EQ(launch.grid_x, 128u) << "one CTA per SM on 132 SMs, one wave";
+      EXPECT_EQ(launch.grid_y, 1u);
+      EXPECT_EQ(launch.block_x, 256u);
+      EXPECT_LE(launch.shared_bytes, 110u * 1024u) << "two CTAs per SM still fit";
+      // Every warp reads the same amount of w.
+      const long long warps = static_cast<long long>(launch.grid_x) * shape.warps();
+      EXPECT_EQ(static_cast<long long>(n) * kHidden % warps, 0);
+    }
+  }
+  // The documented shapes at K = 8192.
+  const PoolerGemmShape tp8 = choose_gemm_shape(512, kHidden, 8);
+  EXPECT_EQ(tp8.outputs_per_block, 32);
+  EXPECT_EQ(tp8.split_k, 8);
+  EXPECT_EQ(tp8.warps_k, 4);
+  EXPECT_EQ(tp8.k_unroll, 8);
+  const PoolerGemmShape tp1 = choose_gemm_shape(4096, kHidden, 8);
+  EXPECT_EQ(tp1.outputs_per_block, 256);
+  EXPECT_EQ(tp1.split_k, 8);
+  EXPECT_EQ(tp1.warps_k, 1);
+  EXPECT_EQ(tp1.tiles(), 2);
+  EXPECT_EQ(tp1.k_unroll, 4);
+}
+
+TEST(GemmShapeRule, GivesAValidShapeForEveryReasonableProblem) {
+  for (int n = 16; n <= 8192; n += 16) {
+    for (int k : {32, 64, 96, 256, 1024, 3072, 4096, 8192, 8192 + 256, 16384}) {
+      for (int rows : {1, 7, 8, 9, 16, 31, 32}) {
+        SCOPED_TRACE(::testing::Message() << "N " << n << ", K " << k << ", rows " << rows);
+        PoolerGemmShape shape;
+        ASSERT_NO_THROW(shape = choose_gemm_shape(n, k, rows));
+        const LaunchShape launch = pooler_gemm_launch_shape(rows, n, k, shape);
+        // 1024 warps is the aim; the shared-memory fallback may split K further.
+        EXPECT_LE(launch.grid_x * shape.block_size / 32u, 4096u);
+        EXPECT_LE(shape.block_size, 256);
+        EXPECT_LE(launch.shared_bytes, static_cast<unsigned>(kMaxGemmSharedBytes));
+      }
+    }
+  }
+}
+
+TEST(GemmShapeRule, RefusesWhatNoShapeFits) {
+  EXPECT_NE(invalid_argument_of([] { choose_gemm_shape(520, kHidden, 1); }).find("N = 520"), std::string::npos);
+  EXPECT_NE(invalid_argument_of([] { choose_gemm_shape(512, 8200, 1); }).find("K = 8200"), std::string::npos);
+  EXPECT_NE(invalid_argument_of([] { choose_gemm_shape(512, kHidden, 0); }).find("rows = 0"), std::string::npos);
+  EXPECT_NE(invalid_argument_of([] { choose_gemm_shape(512, kHidden, 33); }).find("rows = 33"), std::string::npos);
+  // 32 rows of an unsplittable K of 1 Mi: the x slice cannot fit.
+  EXPECT_NE(invalid_argument_of([] { choose_gemm_shape(16, 1 << 20, 32); }).find("shared memory"), std::string::npos);
+}
+
+TEST(GemmShapeValidation, NamesTheValueAtFault) {
+  const PoolerGemmShape good = choose_gemm_shape(1024, kHidden, 4);
+  EXPECT_EQ(invalid_argument_of([&] { validate_gemm_shape(4, 1024, kHidden, good); }), "");
+
+  auto message = [&](int rows, int n, int k, PoolerGemmShape shape) {
+    return invalid_argument_of([&] { validate_gemm_shape(rows, n, k, shape); });
+  };
+  auto expect_mentions = [](const std::string& what, const std::string& fragment) {
+    EXPECT_NE(what.find(fragment), std::string::npos) << "message: \"" << what << "\" lacks \"" << fragment << "\"";
+  };
+  expect_mentions(message(0, 1024, kHidden, good), "rows = 0 must lie in [1, 32]");
+  expect_mentions(message(33, 1024, kHidden, good), "rows = 33 must lie in [1, 32]");
+  expect_mentions(message(4, 1000, kHidden, good), "N = 1000 must be a multiple of outputs_per_block = 64");
+  expect_mentions(message(4, 1024, 8190, good), "K = 8190 must be a multiple of split_k * warps_k * 32 * k_unroll");
+  expect_mentions(message(4, 1024, 4096 + 2048, good), "K = 6144 must be a multiple");
+
+  PoolerGemmShape bad = good;
+  bad.split_k = 3;
+  expect_mentions(message(4, 1024, kHidden, bad), "split_k = 3 must be 1, 2, 4 or 8");
+  bad = good;
+  bad.block_size = 100;
+  expect_mentions(message(4, 1024, kHidden, bad), "block_size = 100 must be a multiple of 32");
+  bad = good;
+  bad.warps_k = 3;
+  expect_mentions(message(4, 1024, kHidden, bad), "warps_k = 3 must divide");
+  bad = good;
+  bad.outputs_per_block = 24;
+  expect_mentions(message(4, 1024, kHidden, bad), "outputs_per_block = 24 must be a positive multiple of 16");
+  bad = good;
+  bad.k_unroll = 0;
+  expect_mentions(message(4, 1024, kHidden, bad), "k_unroll = 0");
+  bad = good;
+  bad.split_k = 1;
+  bad.warps_k = 1;
+  bad.block_size = 32;
+  bad.outputs_per_block = 16;
+  expect_mentions(message(32, 1024, 65536, bad), "bytes of shared memory");
+  // The form refuses what validation refuses.
+  EXPECT_THROW(pooler_gemm_form(4, 1000, kHidden, good), InvalidArgument);
+}
+
+TEST(GemmForm, ConstantsDescribeTheShape) {
+  const PoolerGemmShape shape = choose_gemm_shape(2048, kHidden, 16);
+  const Form form = pooler_gemm_form(16, 2048, kHidden, shape);
+  EXPECT_EQ(form.template_file(), "pooler_gemm.cu");
+  ASSERT_EQ(form.kernels().size(), 1u);
+  EXPECT_EQ(form.kernels()[0], kPoolerGemmEntry);
+  const std::string constants = form.describe_constants();
+  for (const std::string& fragment :
+       {std::string("ROWS=16"), std::string("N=2048"), std::string("K=8192"), "TILES=" + std::to_string(shape.tiles()),
+        "SPLIT_K=" + std::to_string(shape.split_k), "WARPS_K=" + std::to_string(shape.warps_k),
+        "WARPS_N=" + std::to_string(shape.warps_n()), "K_UNROLL=" + std::to_string(shape.k_unroll),
+        "SMEM_BYTES=" + std::to_string(pooler_gemm_shared_bytes(16, 2048, kHidden, shape))}) {
+    EXPECT_NE(constants.find(fragment), std::string::npos) << constants << " lacks " << fragment;
+  }
+}
+
+}  // namespace
+}  // namespace pooler

@@ -1,0 +1,389 @@
+// The pooler GEMM on a GPU (skipped without one): every batch 1..16 and 32 at
+// N = 512, 1024, 2048, 4096 and K = 8192 against the CPU reference, fresh
+// random inputs every run, poisoned outputs, every element checked; the same
+// bits with PDL on and off and run after run; a PDL launch that reads what the
+// previous kernel is still writing; a captured CUDA graph; other K, N and
+// launch shapes.
+//
+// Tolerance. Each output must lie within one BF16 ulp of the exact sum. An
+// FP32 accumulation of 8192 products cannot promise that for a result that
+// nearly cancels to zero (its error is a few FP32 ulps of the sum of the
+// magnitudes, which can exceed a BF16 ulp of a tiny result), so an output also
+// passes when it lies within 2^-20 * sum |x w| of the exact sum: about 8 FP32
+// ulps of that sum, 32 times the worst error of a pessimistic model of the
+// tensor cores' truncating accumulation. The test reports how many outputs
+// needed that allowance and fails if more than 0.1% did.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pooler/error.hpp"
+#include "reference/reference.hpp"
+#include "runtime/device.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/kernel_cache.hpp"
+#include "runtime/pooler_gemm.hpp"
+#include "support/gpu.hpp"
+#include "support/process.hpp"
+
+namespace pooler {
+namespace {
+
+using Bits = std::vector<std::uint16_t>;
+
+constexpr int kHidden = 8192;
+constexpr int kReferenceRows = 32;  // rows are independent: one reference serves every batch
+constexpr std::uint16_t kPoison = 0xFFFF;  // what fill_bytes(0xFF) leaves: a NaN no output can be
+const double kCancellationAllowance = std::ldexp(1.0, -20);
+
+std::vector<int> batches() {
+  std::vector<int> b;
+  for (int rows = 1; rows <= 16; ++rows) b.push_back(rows);
+  b.push_back(32);
+  return b;
+}
+
+// BF16 values drawn from a normal distribution of standard deviation `scale`,
+// with about 4% exact zeros (of either sign).
+Bits random_bf16(std::size_t count, float scale, std::mt19937_64& random) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::uniform_int_distribution<int> percent(0, 99);
+  Bits bits(count);
+  for (std::uint16_t& b : bits) {
+    const int p = percent(random);
+    b = p < 2 ? std::uint16_t{0x0000} : p < 4 ? std::uint16_t{0x8000} : reference::ref_bf16_round(normal(random));
+  }
+  return bits;
+}
+
+Bits magnitudes(const Bits& bits) {
+  Bits out(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) out[i] = static_cast<std::uint16_t>(bits[i] & 0x7FFF);
+  return out;
+}
+
+// The exact (double, rounded to float) c = x @ w.T for kReferenceRows rows and
+// sum |x w| for the tolerance, [rows, n] each; columns spread over threads.
+struct Reference {
+  int rows = 0, n = 0;
+  std::vector<float> value, magnitude;
+};
+
+Reference reference_gemm(const Bits& x, const Bits& w, int rows, int n, int k) {
+  Reference r{rows, n, std::vector<float>(static_cast<std::size_t>(rows) * n),
+              std::vector<float>(static_cast<std::size_t>(rows) * n)};
+  const Bits x_abs = magnitudes(x), w_abs = magnitudes(w);
+  const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 64u));
+  const int chunk = (n + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  for (int first = 0; first < n; first += chunk) {
+    pool.emplace_back([&, first] {
+      const int columns = std::min(chunk, n - first);
+      const std::size_t offset = static_cast<std::size_t>(first) * k;
+      const std::vector<float> value = reference::gemm(x.data(), w.data() + offset, rows, columns, k);
+      const std::vector<float> magnitude = reference::gemm(x_abs.data(), w_abs.data() + offset, rows, columns, k);
+      for (int i = 0; i < rows; ++i) {
+        for (int j = 0; j < columns; ++j) {
+          const std::size_t from = static_cast<std::size_t>(i) * columns + j;
+          const std::size_t to = static_cast<std::size_t>(i) * n + first + j;
+          r.value[to] = value[from];
+          r.magnitude[to] = magnitude[from];
+        }
+      }
+    });
+  }
+  for (std::thread& t : pool) t.join();
+  return r;
+}
+
+// The spacing of BF16 values at |v| (v != 0): 2^(exponent - 7).
+double bf16_ulp(double v) {
+  if (v == 0.0) return std::ldexp(1.0, -133);
+  return std::ldexp(1.0, std::max(std::ilogb(v) - 7, -133));
+}
+
+struct CheckResult {
+  long long bad = 0;             // outside the tolerance, or not written
+  long long allowance_used = 0;  // beyond one BF16 ulp, within the cancellation allowance
+  double worst_ulps = 0;         // largest |c - exact| in BF16 ulps of the exact value
+};
+
+// Checks c's first `rows` rows (BF16 bits, [rows, n]) against the reference;
+// the first few failures are reported with their row, column and values.
+CheckResult check(const Bits& c, const Reference& ref, int rows, const std::string& what) {
+  CheckResult result;
+  const int n = ref.n;
+  for (int i = 0; i < rows; ++i) {
+    for (int j = 0; j < n; ++j) {
+      const std::size_t at = static_cast<std::size_t>(i) * n + j;
+      const std::uint16_t got = c[at];
+      const double exact = ref.value[at];
+      const double value = reference::ref_bf16_to_float(got);
+      const double error = std::fabs(value - exact);
+      const double ulp = bf16_ulp(exact);
+      const double allowance = kCancellationAllowance * ref.magnitude[at];
+      const bool written = got != kPoison;
+      const bool ok = written && std::isfinite(value) && (error <= ulp || error <= allowance);
+      if (written && std::isfinite(value)) {
+        result.worst_ulps = std::max(result.worst_ulps, error / ulp);
+        if (error > ulp && error <= allowance) ++result.allowance_used;
+      }
+      if (!ok && ++result.bad <= 8) {
+        ADD_FAILURE() << what << ": row " << i << ", column " << j << ": got 0x" << std::hex << got << std::dec
+                      << (written ? "" : " (poison: never written)") << " = " << value << ", exact " << exact
+                      << " (BF16 0x" << std::hex << reference::ref_bf16_round(static_cast<float>(exact)) << std::dec
+                      << "), error " << error << " = " << error / ulp << " ulp, allowance " << allowance;
+      }
+    }
+  }
+  EXPECT_EQ(result.bad, 0) << what << ": " << result.bad << " of " << static_cast<long long>(rows) * n
+                           << " outputs wrong";
+  EXPECT_LE(result.allowance_used * 1000, static_cast<long long>(rows) * n)
+      << what << ": " << result.allowance_used
+      << " outputs needed the cancellation allowance: the accumulation is less accurate than expected";
+  return result;
+}
+
+// Rows past `rows` of a kReferenceRows-row output buffer must still hold the
+// poison: the kernel writes nothing outside c[rows, n].
+void expect_untouched_past(const Bits& c, int rows, int n, const std::string& what) {
+  long long touched = 0;
+  for (std::size_t at = static_cast<std::size_t>(rows) * n; at < c.size(); ++at) touched += c[at] != kPoison;
+  EXPECT_EQ(touched, 0) << what << ": wrote " << touched << " elements past row " << rows;
+}
+
+class GemmGpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    POOLER_REQUIRE_GPUS(1);
+    context_.emplace(0);
+    scope_.emplace(context_->get());
+    architecture_ = device_info(0).architecture();
+    cache_.emplace(CacheLocation{dir_.path(), true}, TemplateLibrary::instance());
+    stream_.emplace();
+    const std::uint64_t seed = std::random_device{}();
+    random_.seed(seed);
+    RecordProperty("seed", std::to_string(seed));
+    std::printf("[ seed ] %llu\n", static_cast<unsigned long long>(seed));
+  }
+
+  // One loaded GEMM per (rows, shape), compiled together.
+  std::vector<PoolerGemm> load(const std::vector<int>& rows, int n, int k,
+                               const std::vector<PoolerGemmShape>& shapes) {
+    std::vector<Form> forms;
+    for (std::size_t i = 0; i < rows.size(); ++i) forms.push_back(pooler_gemm_form(rows[i], n, k, shapes[i]));
+    const std::vector<Lookup> lookups = cache_->get_all(forms, architecture_);
+    std::vector<PoolerGemm> gemms;
+    gemms.reserve(rows.size());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      gemms.emplace_back(*lookups[i].entry, context_->get(), rows[i], n, k, shapes[i]);
+    }
+    return gemms;
+  }
+
+  std::vector<PoolerGemm> load_default(const std::vector<int>& rows, int n, int k) {
+    std::vector<PoolerGemmShape> shapes;
+    for (int r : rows) shapes.push_back(choose_gemm_shape(n, k, r));
+    return load(rows, n, k, shapes);
+  }
+
+  // Poisons c, launches, waits, and returns all of c (kReferenceRows rows).
+  Bits run(const PoolerGemm& gemm, const DeviceBuffer& x, const DeviceBuffer& w, const DeviceBuffer& c, bool pdl) {
+    c.fill_bytes(0xFF);
+    gemm.launch(stream_->get(), x.get(), w.get(), c.get(), pdl);
+    stream_->synchronize();
+    Bits out(c.bytes() / 2);
+    c.download(out.data(), c.bytes());
+    return out;
+  }
+
+  static std::string name(const PoolerGemm& gemm, const char* extra = "") {
+    std::ostringstream s;
+    s << "rows " << gemm.rows() << ", N " << gemm.n() << ", K " << gemm.k() << " (" << describe(gemm.shape()) << ")"
+      << extra;
+    return s.str();
+  }
+
+  // Every gemm in `gemms` (same n, k) against one reference, each run twice
+  // with PDL off and twice with it on: all four bit-identical.
+  void check_all(const std::vector<PoolerGemm>& gemms, int n, int k) {
+    const Bits x = random_bf16(static_cast<std::size_t>(kReferenceRows) * k, 1.0f, random_);
+    const Bits w = random_bf16(static_cast<std::size_t>(n) * k, 0.02f, random_);
+    const Reference ref = reference_gemm(x, w, kReferenceRows, n, k);
+    DeviceBuffer x_device(x.size() * 2), w_device(w.size() * 2),
+        c_device(static_cast<std::size_t>(kReferenceRows) * n * 2);
+    x_device.upload(x.data(), x.size() * 2);
+    w_device.upload(w.data(), w.size() * 2);
+    for (const PoolerGemm& gemm : gemms) {
+      const std::string what = name(gemm);
+      const Bits first = run(gemm, x_device, w_device, c_device, false);
+      const CheckResult result = check(first, ref, gemm.rows(), what);
+      expect_untouched_past(first, gemm.rows(), n, what);
+      std::printf("[ checked ] %s: worst %.3f ulp, %lld needed the allowance\n", what.c_str(), result.worst_ulps,
+                  result.allowance_used);
+      const Bits again = run(gemm, x_device, w_device, c_device, false);
+      EXPECT_TRUE(again == first) << what << ": a second run gave other bits";
+      const Bits with_pdl = run(gemm, x_device, w_device, c_device, true);
+      EXPECT_TRUE(with_pdl == first) << what << ": PDL on gave other bits than PDL off";
+      const Bits with_pdl_again = run(gemm, x_device, w_device, c_device, true);
+      EXPECT_TRUE(with_pdl_again == first) << what << ": a second run with PDL gave other bits";
+    }
+  }
+
+  testing::ScratchDir dir_;
+  std::optional<PrimaryContext> context_;
+  std::optional<ContextScope> scope_;
+  std::optional<KernelCache> cache_;
+  std::string architecture_;
+  std::mt19937_64 random_;
+  std::optional<Stream> stream_;
+};
+
+class GemmGpuWidth : public GemmGpu, public ::testing::WithParamInterface<int> {};
+
+TEST_P(GemmGpuWidth, EveryBatchMatchesTheReferenceDeterministically) {
+  const int n = GetParam();
+  check_all(load_default(batches(), n, kHidden), n, kHidden);
+}
+
+INSTANTIATE_TEST_SUITE_P(ModelWidths, GemmGpuWidth, ::testing::Values(512, 1024, 2048, 4096),
+                         [](const ::testing::TestParamInfo<int>& param) { return "N" + std::to_string(param.param); });
+
+TEST_F(GemmGpu, OtherKAndN) {
+  check_all(load_default({1, 5, 16, 32}, 1536, 4096), 1536, 4096);
+  check_all(load_default({1, 8, 32}, 1024, 4096), 1024, 4096);
+  check_all(load_default({3, 9}, 48, 256), 48, 256);
+}
+
+TEST_F(GemmGpu, OtherLaunchShapes) {
+  // Every knob away from the rule's choice: no split, no warps over K, one CTA
+  // per SM, four tiles per warp, short unroll, split over warps only.
+  std::vector<PoolerGemmShape> shapes;
+  auto add = [&](int block, int columns, int unroll, int split, int warps_k, int ctas) {
+    shapes.push_back(PoolerGemmShape{block, columns, unroll, split, warps_k, ctas});
+  };
+  add(256, 128, 4, 1, 1, 1);  // 8 warps side by side, no split: 4 CTAs
+  add(128, 64, 2, 2, 2, 2);   // 2 x 2 warps of 2 tiles, split 2
+  add(256, 64, 1, 4, 4, 1);   // 2 x 4 warps of 2 tiles, split 4, unroll 1
+  add(32, 16, 8, 8, 1, 2);    // one warp per CTA, each rank finishes 2 columns
+  add(512, 32, 4, 1, 16, 1);  // 16 warps over K in one CTA, no cluster
+  add(256, 256, 2, 8, 2, 1);  // 4 x 2 warps of 4 tiles
+  std::vector<int> rows;
+  for (std::size_t i = 0; i < shapes.size(); ++i) rows.push_back(i % 2 == 0 ? 7 : 17);
+  check_all(load(rows, 512, kHidden, shapes), 512, kHidden);
+}
+
+TEST_F(GemmGpu, PdlLaunchWaitsForThePreviousKernel) {
+  // c1 = x0 @ w1.T (N = 4096, a long kernel), then c2 = c1 @ w2.T launched with
+  // PDL: its weights may load early, but it must read c1 only once the first
+  // kernel is done. c1 is poisoned before each round, so an early read shows
+  // up as NaN or wrong values in c2.
+  constexpr int rows = 8, n1 = 4096, n2 = 512;
+  std::vector<PoolerGemm> first = load_default({rows}, n1, kHidden);
+  std::vector<PoolerGemm> second = load_default({rows}, n2, n1);
+  const Bits x0 = random_bf16(static_cast<std::size_t>(rows) * kHidden, 1.0f, random_);
+  const Bits w1 = random_bf16(static_cast<std::size_t>(n1) * kHidden, 0.02f, random_);
+  const Bits w2 = random_bf16(static_cast<std::size_t>(n2) * n1, 0.05f, random_);
+  DeviceBuffer x0_device(x0.size() * 2), w1_device(w1.size() * 2), w2_device(w2.size() * 2);
+  DeviceBuffer c1_device(static_cast<std::size_t>(rows) * n1 * 2), c2_device(static_cast<std::size_t>(rows) * n2 * 2);
+  x0_device.upload(x0.data(), x0.size() * 2);
+  w1_device.upload(w1.data(), w1.size() * 2);
+  w2_device.upload(w2.data(), w2.size() * 2);
+  Bits expected_c2;
+  for (int round = 0; round < 5; ++round) {
+    c1_device.fill_bytes(0xFF);
+    c2_device.fill_bytes(0xFF);
+    first[0].launch(stream_->get(), x0_device.get(), w1_device.get(), c1_device.get(), round % 2 == 1);
+    second[0].launch(stream_->get(), c1_device.get(), w2_device.get(), c2_device.get(), true);
+    stream_->synchronize();
+    Bits c1(static_cast<std::size_t>(rows) * n1), c2(static_cast<std::size_t>(rows) * n2);
+    c1_device.download(c1.data(), c1.size() * 2);
+    c2_device.download(c2.data(), c2.size() * 2);
+    if (round == 0) {
+      // c2 against the reference of what c1 holds (c1 itself is checked by
+      // the width tests).
+      ASSERT_EQ(std::count(c1.begin(), c1.end(), kPoison), 0) << "the first kernel left c1 unwritten";
+      const Reference ref = reference_gemm(c1, w2, rows, n2, n1);
+      check(c2, ref, rows, "second GEMM (PDL) on the first's output");
+      expected_c2 = c2;
+    } else {
+      EXPECT_TRUE(c2 == expected_c2) << "round " << round << ": the PDL launch gave other bits";
+    }
+  }
+}
+
+TEST_F(GemmGpu, CapturedInAGraphAndReplayed) {
+  constexpr int rows = 4, n = 512;
+  std::vector<PoolerGemm> gemm = load_default({rows}, n, kHidden);
+  const Bits x = random_bf16(static_cast<std::size_t>(rows) * kHidden, 1.0f, random_);
+  std::vector<Bits> w(3);
+  std::vector<DeviceBuffer> w_device, c_device;
+  DeviceBuffer x_device(x.size() * 2);
+  x_device.upload(x.data(), x.size() * 2);
+  for (int i = 0; i < 3; ++i) {
+    w[i] = random_bf16(static_cast<std::size_t>(n) * kHidden, 0.02f, random_);
+    w_device.emplace_back(w[i].size() * 2);
+    w_device.back().upload(w[i].data(), w[i].size() * 2);
+    c_device.emplace_back(static_cast<std::size_t>(rows) * n * 2);
+  }
+  // Outside the graph first: the bits the graph must reproduce.
+  std::vector<Bits> expected(3);
+  for (int i = 0; i < 3; ++i) {
+    c_device[i].fill_bytes(0xFF);
+    gemm[0].launch(stream_->get(), x_device.get(), w_device[i].get(), c_device[i].get(), false);
+    stream_->synchronize();
+    expected[i].resize(static_cast<std::size_t>(rows) * n);
+    c_device[i].download(expected[i].data(), expected[i].size() * 2);
+    check(expected[i], reference_gemm(x, w[i], rows, n, kHidden), rows, "eager launch " + std::to_string(i));
+  }
+  POOLER_CU(cuStreamBeginCapture(stream_->get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capture");
+  for (int i = 0; i < 3; ++i) {
+    gemm[0].launch(stream_->get(), x_device.get(), w_device[i].get(), c_device[i].get(), true);
+  }
+  CUgraph graph = nullptr;
+  POOLER_CU(cuStreamEndCapture(stream_->get(), &graph), "capture");
+  CUgraphExec exec = nullptr;
+  POOLER_CU(cuGraphInstantiateWithFlags(&exec, graph, 0), "instantiate");
+  for (int replay = 0; replay < 3; ++replay) {
+    for (DeviceBuffer& c : c_device) c.fill_bytes(0xFF);
+    POOLER_CU(cuGraphLaunch(exec, stream_->get()), "replay");
+    stream_->synchronize();
+    for (int i = 0; i < 3; ++i) {
+      Bits got(static_cast<std::size_t>(rows) * n);
+      c_device[i].download(got.data(), got.size() * 2);
+      EXPECT_TRUE(got == expected[i]) << "replay " << replay << ", launch " << i;
+    }
+  }
+  POOLER_CU(cuGraphExecDestroy(exec), "graph");
+  POOLER_CU(cuGraphDestroy(graph), "graph");
+}
+
+TEST_F(GemmGpu, RefusesMisalignedPointersAndForeignEntries) {
+  std::vector<PoolerGemm> gemm = load_default({2}, 512, kHidden);
+  DeviceBuffer buffer(1 << 20);
+  EXPECT_THROW(gemm[0].launch(stream_->get(), buffer.get() + 2, buffer.get(), buffer.get(), false), InvalidArgument);
+  EXPECT_THROW(gemm[0].launch(stream_->get(), buffer.get(), buffer.get() + 8, buffer.get(), false), InvalidArgument);
+  EXPECT_THROW(gemm[0].launch(stream_->get(), 0, buffer.get(), buffer.get(), false), InvalidArgument);
+  // An entry compiled for 3 rows cannot serve 2.
+  const PoolerGemmShape shape = choose_gemm_shape(512, kHidden, 3);
+  const Lookup three = cache_->get(pooler_gemm_form(3, 512, kHidden, shape), architecture_);
+  try {
+    PoolerGemm wrong(*three.entry, context_->get(), 2, 512, kHidden, choose_gemm_shape(512, kHidden, 2));
+    FAIL() << "accepted a foreign entry";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("ROWS=3"), std::string::npos) << error.what();
+  }
+}
+
+}  // namespace
+}  // namespace pooler
