@@ -12,6 +12,14 @@
 //      tail, as in the engine).
 //   3. cuBLAS (cublasGemmEx, BF16 in and out, FP32 compute) on the same shapes
 //      and the same rotation, as c^T = w * x^T in column-major terms.
+//   4. The mailbox consumers (NVFP4, and BF16 gather + norm) through a
+//      loopback mailbox, as tests/test_consumer_gpu.cpp builds it: every peer
+//      address of the publish kernel is the one local mailbox and a call
+//      publishes once per rank r = 0..tp-1, so the consumer sees a tp-GPU
+//      layout. A consumer's cost is [tp publishes + consumer] per call minus
+//      [tp publishes] per call, both from graphs of many whole calls; the
+//      stock norm + quantize on the same rows is timed alongside. Loopback
+//      publishes store to local HBM, not over NVLink: their time is a floor.
 //
 // cuBLAS is used here only; the library never links it. The CUDA runtime and
 // pooler's driver-API code share device 0's primary context.
@@ -39,7 +47,9 @@
 #include "runtime/driver.hpp"
 #include "runtime/kernel.hpp"
 #include "runtime/kernel_cache.hpp"
+#include "runtime/mailbox.hpp"
 #include "runtime/pooler_gemm.hpp"
+#include "runtime/pooler_kernels.hpp"
 
 using namespace pooler;
 
@@ -48,8 +58,10 @@ namespace {
 const char* kUsage = R"(usage: pooler-kernel-bench [options]
 
 Measures, on GPU 0: the streaming-read bandwidth ceiling, the pooler GEMM
-c[b, N] = x[b, K] @ w[N, K].T with cold weights (PDL off and on), and cuBLAS on
-the same shapes. Without a GPU it compiles the forms, says so and exits 0.
+c[b, N] = x[b, K] @ w[N, K].T with cold weights (PDL off and on), cuBLAS on
+the same shapes, and the mailbox consumer kernels through a loopback mailbox
+(P = 4096, capacity 32, eps 1e-5, gain center 1; PDL on and off) against the
+stock norm + quantize. Without a GPU it compiles the forms, says so and exits 0.
 
 options:
   --batches LIST    batches b, comma-separated (default 1,2,4,8,16)
@@ -62,6 +74,10 @@ options:
   --no-cublas       skip cuBLAS
   --sweep           also time alternative launch shapes per (b, N) and print the best (slower: compiles
                     and times about a dozen extra shapes per width)
+  --consumer-tps LIST      consumer section: tensor-parallel sizes (1, 2, 4 or 8; default 2,8)
+  --consumer-batches LIST  consumer section: batches b, 1 to 32 (default 1,8,16)
+  --consumer-calls C       consumer section: whole calls captured per graph (default 200)
+  --no-consumers    skip the consumer section
   --arch ARCH       architecture to compile for when there is no GPU (default sm_90)
   --json FILE       also write the results as JSON
   -h, --help        this text
@@ -69,6 +85,13 @@ options:
 The kernel cache is POOLER_CACHE_DIR (or the default cache); a second run reuses
 the compiled forms.
 )";
+
+// The consumer section's fixed shape (the model's pooled width and the engine's slot
+// capacity) and norm constants.
+constexpr int kConsumerPooled = 4096;
+constexpr int kConsumerCapacity = 32;
+constexpr float kConsumerEps = 1e-5f;
+constexpr float kConsumerGainCenter = 1.0f;
 
 struct Options {
   std::vector<int> batches = {1, 2, 4, 8, 16};
@@ -80,6 +103,10 @@ struct Options {
   double cold_mb = 256.0;
   bool cublas = true;
   bool sweep = false;
+  std::vector<int> consumer_tps = {2, 8};
+  std::vector<int> consumer_batches = {1, 8, 16};
+  int consumer_calls = 200;
+  bool consumers = true;
   std::string arch = "sm_90";
   std::string json;
 };
@@ -141,6 +168,16 @@ Options parse(int argc, char** argv) {
       o.cublas = false;
     } else if (a == "--sweep") {
       o.sweep = true;
+    } else if (a == "--consumer-tps") {
+      o.consumer_tps = parse_list(value(), "--consumer-tps");
+      for (int tp : o.consumer_tps) check_tensor_parallel("--consumer-tps", tp);
+    } else if (a == "--consumer-batches") {
+      o.consumer_batches = parse_list(value(), "--consumer-batches");
+      for (int b : o.consumer_batches) check_rows("--consumer-batches", b, kConsumerCapacity);
+    } else if (a == "--consumer-calls") {
+      o.consumer_calls = static_cast<int>(number(1));
+    } else if (a == "--no-consumers") {
+      o.consumers = false;
     } else if (a == "--arch") {
       o.arch = value();
     } else if (a == "--json") {
@@ -275,10 +312,341 @@ double bf16_value(std::uint16_t bits) {
 std::string json_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      continue;
+    }
     if (c == '"' || c == '\\') out.push_back('\\');
     out.push_back(c);
   }
   return out;
+}
+
+// ---- 4. the consumer kernels, through a loopback mailbox ------------------------------
+
+// In loopback every publish of a call has finished before its consumer reads the stage
+// (each kernel's pdl_wait, or plain stream order, waits for the one before), so no
+// healthy poll ever waits: a protocol slip ends the call after this long with a timeout
+// record instead of stalling the benchmark.
+constexpr unsigned long long kConsumerTimeoutNs = 1'000'000'000ull;
+
+std::size_t sz(int v) { return static_cast<std::size_t>(v); }
+
+std::vector<Form> consumer_forms(const std::vector<int>& tps) {
+  std::vector<Form> forms;
+  for (int tp : tps) {
+    forms.push_back(publish_form(kConsumerPooled, tp, kConsumerCapacity));
+    forms.push_back(nvfp4_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter));
+    forms.push_back(bf16_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter));
+  }
+  forms.push_back(stock_norm_form(kConsumerPooled, kConsumerEps, kConsumerGainCenter));
+  forms.push_back(stock_quantize_form(kConsumerPooled));
+  return forms;
+}
+
+// BF16 bits of a finite float, rounded to nearest even; -0.0 becomes +0.0, so that the
+// fused outputs must equal the stock ones bit for bit (a projected -0.0 is the one
+// documented exception).
+std::uint16_t bf16_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  const auto h = static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  return h == 0x8000 ? std::uint16_t{0} : h;
+}
+
+// Microseconds per call (medians over the replays) with one PDL setting.
+struct ConsumerTimes {
+  double publish = 0;        // the tp publishes of a call
+  double publish_nvfp4 = 0;  // tp publishes + the NVFP4 consumer
+  double publish_bf16 = 0;   // tp publishes + the BF16 consumer
+  double stock_norm_quantize = 0;
+  double stock_norm = 0;
+  double nvfp4() const { return publish_nvfp4 - publish; }
+  double bf16() const { return publish_bf16 - publish; }
+};
+
+struct ConsumerRow {
+  int tp = 0, b = 0;
+  ConsumerTimes pdl, plain;  // PDL on, PDL off
+  std::string check;         // "ok", or what went wrong
+};
+
+// One tp's loopback mailbox (tests/test_consumer_gpu.cpp builds the same): the mailbox
+// filled with the sentinel and its state block zeroed once, at construction; from then
+// on only whole calls run (every rank's publish, then one consumer), and the consumer
+// advances the stage on the device, so graphs of calls replay back to back.
+class LoopbackRig {
+ public:
+  LoopbackRig(KernelCache& cache, const std::string& arch, CUcontext context, CUstream stream, int tp,
+              std::mt19937_64& random)
+      : tp_(tp),
+        layout_(MailboxLayout::make(kConsumerPooled, tp, kConsumerCapacity)),
+        publish_loaded_(*cache.get(publish_form(kConsumerPooled, tp, kConsumerCapacity), arch).entry, context),
+        nvfp4_loaded_(*cache
+                           .get(nvfp4_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps,
+                                                    kConsumerGainCenter),
+                                arch)
+                           .entry,
+                      context),
+        bf16_loaded_(*cache
+                          .get(bf16_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps,
+                                                  kConsumerGainCenter),
+                               arch)
+                          .entry,
+                     context),
+        mailbox_(layout_.bytes()),
+        state_(stream),
+        shard_bytes_(sz(kConsumerCapacity) * sz(layout_.width()) * 2),
+        shards_(shard_bytes_ * sz(tp)),
+        gathered_(sz(kConsumerCapacity) * sz(kConsumerPooled) * 2),
+        weight_(sz(kConsumerPooled) * 2),
+        global_scale_(sizeof(float)),
+        packed_(sz(kConsumerCapacity) * sz(kConsumerPooled) / 2),
+        scales_(sz(kConsumerCapacity) * sz(kConsumerPooled) / 16),
+        rows_(gathered_.bytes()),
+        normed_(gathered_.bytes()),
+        stock_packed_(packed_.bytes()),
+        stock_scales_(scales_.bytes()),
+        stock_normed_(gathered_.bytes()) {
+    fill_mailbox_sentinel(mailbox_.get(), layout_, stream);
+    const std::vector<CUdeviceptr> bases(sz(tp), mailbox_.get());
+    const MailboxPeers peers = make_peers(bases);
+    for (int r = 0; r < tp; ++r) publishers_.emplace_back(publish_loaded_, layout_, r, peers, state_.state());
+    nvfp4_.emplace(nvfp4_loaded_, layout_, 0, state_.binding(mailbox_.get()), kConsumerTimeoutNs);
+    bf16_.emplace(bf16_loaded_, layout_, 0, state_.binding(mailbox_.get()), kConsumerTimeoutNs);
+
+    // Random shards, full capacity, each row with its own magnitude; the stock path reads
+    // their host-side all-gather.
+    const std::size_t w = sz(layout_.width());
+    std::vector<std::vector<std::uint16_t>> shards(sz(tp));
+    std::uniform_real_distribution<double> log_sigma(std::log(1e-2), std::log(1e2));
+    for (auto& shard : shards) {
+      shard.resize(sz(kConsumerCapacity) * w);
+      for (std::size_t row = 0; row < sz(kConsumerCapacity); ++row) {
+        std::normal_distribution<double> normal(0.0, std::exp(log_sigma(random)));
+        for (std::size_t c = 0; c < w; ++c) shard[row * w + c] = bf16_bits(static_cast<float>(normal(random)));
+      }
+    }
+    gathered_host_.assign(sz(kConsumerCapacity) * sz(kConsumerPooled), 0);
+    for (std::size_t row = 0; row < sz(kConsumerCapacity); ++row) {
+      for (std::size_t r = 0; r < sz(tp); ++r) {
+        std::memcpy(&gathered_host_[row * sz(kConsumerPooled) + r * w], &shards[r][row * w], w * 2);
+      }
+    }
+    std::normal_distribution<double> weight_normal(0.0, 0.2);
+    std::vector<std::uint16_t> weight(sz(kConsumerPooled));
+    for (auto& v : weight) v = bf16_bits(static_cast<float>(weight_normal(random)));
+    // A realistic NVFP4 input global scale: 448 * 6 / a calibrated amax.
+    const float global_scale = 448.0f * 6.0f / std::uniform_real_distribution<float>(3.0f, 8.0f)(random);
+    for (std::size_t r = 0; r < sz(tp); ++r) shards_.upload(shards[r].data(), shard_bytes_, r * shard_bytes_);
+    gathered_.upload(gathered_host_.data(), gathered_.bytes());
+    weight_.upload(weight.data(), weight_.bytes());
+    global_scale_.upload(&global_scale, sizeof global_scale);
+    POOLER_CU(cuStreamSynchronize(stream), "setting up a loopback mailbox");
+  }
+
+  int tp() const { return tp_; }
+
+  // Every rank's publish of its first b rows, as the tp GPUs of a call would.
+  void publish_all(CUstream stream, int b, bool pdl) const {
+    for (int r = 0; r < tp_; ++r) publishers_[sz(r)].launch(stream, shards_.get() + sz(r) * shard_bytes_, b, pdl);
+  }
+
+  // One whole call; `layer` only labels a timeout record.
+  void call_nvfp4(CUstream stream, int b, bool pdl, int layer) const {
+    publish_all(stream, b, pdl);
+    nvfp4_->launch(stream, weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer, pdl);
+  }
+
+  void call_bf16(CUstream stream, int b, bool pdl, int layer) const {
+    publish_all(stream, b, pdl);
+    bf16_->launch(stream, weight_.get(), rows_.get(), normed_.get(), b, layer, pdl);
+  }
+
+  // The stock path after an all-gather, on the host-gathered rows.
+  void stock_norm_quantize(CUstream stream, const StockNormLauncher& norm, const StockQuantizeLauncher& quantize,
+                           int b, bool pdl) const {
+    norm.launch(stream, gathered_.get(), weight_.get(), stock_normed_.get(), b, pdl);
+    quantize.launch(stream, stock_normed_.get(), global_scale_.get(), stock_packed_.get(), stock_scales_.get(), b, pdl);
+  }
+
+  void stock_norm(CUstream stream, const StockNormLauncher& norm, int b, bool pdl) const {
+    norm.launch(stream, gathered_.get(), weight_.get(), stock_normed_.get(), b, pdl);
+  }
+
+  // One NVFP4 call and one BF16 call (two consumer calls), outputs poisoned first,
+  // against the stock path on the same rows: the contracts are bit for bit (inputs hold
+  // no -0.0). Returns "" when every byte of the b rows agrees, else the first mismatch of
+  // each output.
+  std::string check(CUstream stream, const StockNormLauncher& norm, const StockQuantizeLauncher& quantize,
+                    int b) const {
+    for (const DeviceBuffer* buffer : {&packed_, &scales_, &rows_, &normed_}) {
+      POOLER_CU(cuMemsetD8Async(buffer->get(), 0xA5, buffer->bytes(), stream), "poisoning a consumer output");
+    }
+    for (const DeviceBuffer* buffer : {&stock_packed_, &stock_scales_, &stock_normed_}) {
+      POOLER_CU(cuMemsetD8Async(buffer->get(), 0x5A, buffer->bytes(), stream), "poisoning a stock output");
+    }
+    call_nvfp4(stream, b, true, 0);
+    call_bf16(stream, b, true, 0);
+    stock_norm_quantize(stream, norm, quantize, b, true);
+    POOLER_CU(cuStreamSynchronize(stream), "the consumer check");
+    const std::size_t p = sz(kConsumerPooled);
+    std::string problems;
+    auto compare = [&](const char* what, const DeviceBuffer& got, const DeviceBuffer* want_device,
+                       const std::vector<std::uint16_t>* want_host, std::size_t element_bytes,
+                       std::size_t per_row) {
+      const std::size_t count = sz(b) * per_row;
+      std::vector<std::uint8_t> a(count * element_bytes), e(count * element_bytes);
+      got.download(a.data(), a.size());
+      if (want_device != nullptr) {
+        want_device->download(e.data(), e.size());
+      } else {
+        std::memcpy(e.data(), want_host->data(), e.size());
+      }
+      std::size_t differ = 0, first = count;
+      for (std::size_t i = 0; i < count; ++i) {
+        if (std::memcmp(&a[i * element_bytes], &e[i * element_bytes], element_bytes) != 0) {
+          if (differ++ == 0) first = i;
+        }
+      }
+      if (differ == 0) return;
+      unsigned got_value = 0, want_value = 0;
+      std::memcpy(&got_value, &a[first * element_bytes], element_bytes);
+      std::memcpy(&want_value, &e[first * element_bytes], element_bytes);
+      problems += fmt::format("{}{}: {} of {} differ, first at row {} element {}: {:#x}, expected {:#x}",
+                              problems.empty() ? "" : "; ", what, differ, count, first / per_row, first % per_row,
+                              got_value, want_value);
+    };
+    compare("BF16 consumer rows vs the gathered shards", rows_, nullptr, &gathered_host_, 2, p);
+    compare("BF16 consumer normed vs stock norm", normed_, &stock_normed_, nullptr, 2, p);
+    compare("NVFP4 consumer packed vs stock quantize", packed_, &stock_packed_, nullptr, 1, p / 2);
+    compare("NVFP4 consumer scales vs stock quantize", scales_, &stock_scales_, nullptr, 1, p / 16);
+    return problems;
+  }
+
+  MailboxStateBlock state_block(CUstream stream) const { return state_.read(stream); }
+  std::string describe_timeout() const { return state_.describe_timeout(); }
+
+  // After a timeout only: the sentinel everywhere and a zero state, as at construction.
+  void reset(CUstream stream) {
+    fill_mailbox_sentinel(mailbox_.get(), layout_, stream);
+    state_.reset(stream);
+    POOLER_CU(cuStreamSynchronize(stream), "resetting a loopback mailbox");
+  }
+
+ private:
+  int tp_;
+  MailboxLayout layout_;
+  LoadedForm publish_loaded_, nvfp4_loaded_, bf16_loaded_;
+  DeviceBuffer mailbox_;
+  MailboxState state_;
+  std::size_t shard_bytes_;
+  DeviceBuffer shards_, gathered_, weight_, global_scale_;
+  DeviceBuffer packed_, scales_, rows_, normed_;
+  DeviceBuffer stock_packed_, stock_scales_, stock_normed_;
+  std::vector<PublishLauncher> publishers_;
+  std::optional<Nvfp4ConsumerLauncher> nvfp4_;
+  std::optional<Bf16ConsumerLauncher> bf16_;
+  std::vector<std::uint16_t> gathered_host_;
+};
+
+void print_consumer_row(const ConsumerRow& r) {
+  auto group = [&](const ConsumerTimes& t) {
+    return fmt::format("{:8.2f} {:8.2f} {:9.2f} {:8.2f} {:9.2f}", t.nvfp4(), t.bf16(), t.stock_norm_quantize,
+                       t.stock_norm, t.publish / r.tp);
+  };
+  std::printf("%3d %3d   %s   %s   %s\n", r.tp, r.b, group(r.pdl).c_str(), group(r.plain).c_str(), r.check.c_str());
+  std::fflush(stdout);
+}
+
+// Appends one row per (tp, b) to `rows` as it is measured, so that the rows done survive
+// an exception in a later one.
+void measure_consumers(const Options& o, KernelCache& cache, const std::string& arch, CUcontext context,
+                       const Stream& stream, std::vector<ConsumerRow>& rows) {
+  const LoadedForm norm_loaded(
+      *cache.get(stock_norm_form(kConsumerPooled, kConsumerEps, kConsumerGainCenter), arch).entry, context);
+  const LoadedForm quantize_loaded(*cache.get(stock_quantize_form(kConsumerPooled), arch).entry, context);
+  const StockNormLauncher norm(norm_loaded, kConsumerPooled, kConsumerCapacity);
+  const StockQuantizeLauncher quantize(quantize_loaded, kConsumerPooled, kConsumerCapacity);
+  const CUstream s = stream.get();
+  std::mt19937_64 random(20261130);
+  // Consumer calls run by one time_graph of consumer calls: two untimed replays, then
+  // o.replays timed ones.
+  const unsigned long long calls_per_timing = static_cast<unsigned long long>(o.replays + 2) * sz(o.consumer_calls);
+
+  std::printf("\nconsumer kernels (loopback): P %d, capacity %d, eps %g, gain center %g; us per call, medians of %d "
+              "replays of %d-call graphs\n",
+              kConsumerPooled, kConsumerCapacity, static_cast<double>(kConsumerEps),
+              static_cast<double>(kConsumerGainCenter), o.replays, o.consumer_calls);
+  std::printf("%3s %3s   %s   %s\n", "", "", "------------------- PDL on -------------------",
+              "------------------ PDL off -------------------");
+  std::printf("%3s %3s   %8s %8s %9s %8s %9s   %8s %8s %9s %8s %9s   %s\n", "tp", "b", "nvfp4", "bf16", "stock_nq",
+              "stock_n", "pub/rank", "nvfp4", "bf16", "stock_nq", "stock_n", "pub/rank", "check");
+  std::fflush(stdout);
+
+  for (int tp : o.consumer_tps) {
+    LoopbackRig rig(cache, arch, context, s, tp, random);
+    unsigned long long expected_calls = 0;  // consumer calls the state block should have counted
+    for (int b : o.consumer_batches) {
+      ConsumerRow row;
+      row.tp = tp;
+      row.b = b;
+      for (bool pdl : {false, true}) {
+        ConsumerTimes& t = pdl ? row.pdl : row.plain;
+        t.publish = time_graph(stream, o.consumer_calls, o.replays, [&](int) { rig.publish_all(s, b, pdl); });
+      }
+      // The publishes alone filled rows [0, b) of the current stage with no consumer to
+      // take them: one whole call of the same b consumes them and records them for the
+      // next call to clear, so the mailbox is again exactly as the protocol expects.
+      rig.call_nvfp4(s, b, true, 0);
+      expected_calls += 1;
+      for (bool pdl : {false, true}) {
+        ConsumerTimes& t = pdl ? row.pdl : row.plain;
+        t.publish_nvfp4 =
+            time_graph(stream, o.consumer_calls, o.replays, [&](int i) { rig.call_nvfp4(s, b, pdl, i); });
+        t.publish_bf16 = time_graph(stream, o.consumer_calls, o.replays, [&](int i) { rig.call_bf16(s, b, pdl, i); });
+        expected_calls += 2 * calls_per_timing;
+        t.stock_norm_quantize = time_graph(stream, o.consumer_calls, o.replays,
+                                           [&](int) { rig.stock_norm_quantize(s, norm, quantize, b, pdl); });
+        t.stock_norm = time_graph(stream, o.consumer_calls, o.replays, [&](int) { rig.stock_norm(s, norm, b, pdl); });
+      }
+      // After the timed graphs, so that a mailbox they left inconsistent shows here.
+      const std::string problems = rig.check(s, norm, quantize, b);
+      expected_calls += 2;
+      const MailboxStateBlock block = rig.state_block(s);
+      std::string failures;
+      if (block.failed != 0u) {
+        const std::string timeout = rig.describe_timeout();
+        failures = fmt::format("a consumer timed out ({}), so these figures are not valid",
+                               timeout.empty() ? "no record" : timeout);
+        // Later rows start again from a clean mailbox.
+        rig.reset(s);
+        expected_calls = 0;
+      } else if (block.calls != static_cast<std::uint32_t>(expected_calls)) {
+        failures = fmt::format("the state block counted {} consumer calls, expected {}", block.calls,
+                               static_cast<std::uint32_t>(expected_calls));
+      }
+      if (!problems.empty()) failures += (failures.empty() ? "" : "; ") + problems;
+      row.check = failures.empty() ? "ok" : "FAILED: " + failures;
+      print_consumer_row(row);
+      rows.push_back(row);
+    }
+  }
+  std::printf(
+      "\nnvfp4, bf16: [tp publishes + consumer] - [tp publishes], per call (the BF16 consumer also writes the\n"
+      "  gathered rows); stock_nq: stock norm + stock quantize per call; stock_n: stock norm alone; both on the\n"
+      "  same rows; pub/rank: [tp publishes] per call / tp, in loopback (tp 16-byte stores per vector into local\n"
+      "  memory, not over NVLink). check: after the timed graphs, the fused outputs against the stock path, bit\n"
+      "  for bit, and the mailbox state's count of consumer calls.\n");
+}
+
+void write_consumer_times(std::ostream& out, const ConsumerTimes& t, int tp) {
+  out << fmt::format(
+      "{{\"nvfp4_consumer_us\": {:.3f}, \"bf16_consumer_us\": {:.3f}, \"stock_norm_quantize_us\": {:.3f}, "
+      "\"stock_norm_us\": {:.3f}, \"publish_us_per_rank\": {:.3f}, \"publishes_call_us\": {:.3f}, "
+      "\"publishes_nvfp4_call_us\": {:.3f}, \"publishes_bf16_call_us\": {:.3f}}}",
+      t.nvfp4(), t.bf16(), t.stock_norm_quantize, t.stock_norm, t.publish / tp, t.publish, t.publish_nvfp4,
+      t.publish_bf16);
 }
 
 int run(const Options& o) {
@@ -295,6 +663,10 @@ int run(const Options& o) {
     for (int b : o.batches) forms.push_back(pooler_gemm_form(b, n, o.k, choose_gemm_shape(n, o.k, b)));
   }
   for (const ReadConfig& c : kReadConfigs) forms.push_back(read_form(c));
+  if (o.consumers) {
+    const std::vector<Form> more = consumer_forms(o.consumer_tps);
+    forms.insert(forms.end(), more.begin(), more.end());
+  }
   std::printf("compiling %zu forms for %s ...\n", forms.size(), arch.c_str());
   std::fflush(stdout);
   KernelCache& cache = KernelCache::global();
@@ -486,6 +858,21 @@ int run(const Options& o) {
               "ceiling; x_cublas = cublas_us / pooler_us, x_pdl = cublas_us / pdl_us. Total %.1f s.\n",
               ceiling, elapsed());
 
+  // ---- 4. the consumer kernels ----------------------------------------------------------
+  // An error here still leaves the figures measured so far in the JSON; the exit code is 1.
+  std::vector<ConsumerRow> consumer_rows;
+  std::string consumer_error;
+  if (o.consumers) {
+    const double consumers_started = elapsed();
+    try {
+      measure_consumers(o, cache, arch, context.get(), stream, consumer_rows);
+    } catch (const std::exception& e) {
+      consumer_error = e.what();
+      std::printf("\nconsumer section FAILED after %zu rows: %s\n", consumer_rows.size(), e.what());
+    }
+    std::printf("consumer section: %.1f s. Total %.1f s.\n", elapsed() - consumers_started, elapsed());
+  }
+
   if (!o.json.empty()) {
     std::ofstream out(o.json);
     if (!out) throw Error(fmt::format("cannot write {}", o.json));
@@ -510,10 +897,29 @@ int run(const Options& o) {
       }
       out << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
     }
-    out << "  ]\n}\n";
+    out << "  ]";
+    if (o.consumers) {
+      out << fmt::format(
+          ",\n  \"consumers\": {{\"loopback\": true, \"pooled\": {}, \"capacity\": {}, \"eps\": {}, "
+          "\"gain_center\": {}, \"calls_per_graph\": {}, \"replays\": {},\n    \"results\": [\n",
+          kConsumerPooled, kConsumerCapacity, kConsumerEps, kConsumerGainCenter, o.consumer_calls, o.replays);
+      for (std::size_t i = 0; i < consumer_rows.size(); ++i) {
+        const ConsumerRow& r = consumer_rows[i];
+        out << fmt::format("      {{\"tp\": {}, \"b\": {}, \"check\": \"{}\", \"pdl\": ", r.tp, r.b,
+                           json_escape(r.check));
+        write_consumer_times(out, r.pdl, r.tp);
+        out << ", \"no_pdl\": ";
+        write_consumer_times(out, r.plain, r.tp);
+        out << "}" << (i + 1 < consumer_rows.size() ? "," : "") << "\n";
+      }
+      out << "    ]";
+      if (!consumer_error.empty()) out << ",\n    \"error\": \"" << json_escape(consumer_error) << "\"";
+      out << "\n  }";
+    }
+    out << "\n}\n";
     std::printf("wrote %s\n", o.json.c_str());
   }
-  return 0;
+  return consumer_error.empty() ? 0 : 1;
 }
 
 }  // namespace
