@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <set>
 
@@ -169,14 +170,20 @@ struct Pooler::Impl {
   std::vector<const Nvfp4ConsumerLauncher*> nvfp4_of_layer;  // per layer; null for edge layers
   std::vector<const Bf16ConsumerLauncher*> bf16_of_layer;    // per layer; null for NVFP4 layers
   std::vector<std::string> form_lines;
-  bool failed = false;
-  std::string failure;
+  // Set by check_usable() (const) when it finds a timeout record: the Pooler,
+  // like a CUDA stream, is used from one thread at a time.
+  mutable bool failed = false;
+  mutable std::string failure;
 
   void validate_locally();
   std::string configuration_text() const;
   void agree_on_configuration(const std::string& local_error);
   void barrier(const char* why);
-  void compile_and_load();
+  void compile();
+  void load();
+  void agree_on_success(const std::string& local_error, const char* step);
+  PoolerForms plan;
+  std::vector<Lookup> lookups;
   void check_usable() const;
   const PoolerGemm& gemm_for(int b, const char* call, CUstream stream) const;
   const PoolerLayer& layer_at(int layer, const char* call) const;
@@ -227,8 +234,7 @@ void Pooler::Impl::validate_locally() {
 // Everything that must be equal on every rank (pointers excluded).
 std::string Pooler::Impl::configuration_text() const {
   const PoolerOptions& o = options;
-  std::vector<int> batches = o.batches;
-  std::sort(batches.begin(), batches.end());
+  const std::set<int> batches(o.batches.begin(), o.batches.end());
   std::string text = fmt::format("H={} P={} tp={} capacity={} pdl={} timeout={} batches=", o.hidden, o.pooled, tp,
                                  o.capacity, o.enable_pdl, o.spin_timeout.count());
   for (int b : batches) text += fmt::format("{},", b);
@@ -263,7 +269,7 @@ void Pooler::Impl::agree_on_configuration(const std::string& local_error) {
   std::vector<Vote> votes(static_cast<std::size_t>(tp));
   receive.download(votes.data(), receive.bytes());
   if (!local_error.empty()) {
-    throw InvalidArgument(local_error);
+    return;  // the caller raises this rank's own error
   }
   std::vector<int> invalid, different;
   for (int r = 0; r < tp; ++r) {
@@ -282,6 +288,27 @@ void Pooler::Impl::agree_on_configuration(const std::string& local_error) {
   }
 }
 
+// A barrier that is also a vote: every rank says whether `step` worked on it,
+// and all throw if any failed, so that no rank waits forever for a peer that
+// gave up.
+void Pooler::Impl::agree_on_success(const std::string& local_error, const char* step) {
+  DeviceBuffer flag(sizeof(int));
+  const int failed_here = local_error.empty() ? 0 : 1;
+  flag.upload(&failed_here, sizeof(failed_here));
+  check_nccl(ncclAllReduce(reinterpret_cast<const void*>(flag.get()), reinterpret_cast<void*>(flag.get()), 1, ncclInt,
+                           ncclMax, comm, setup_stream->get()),
+             "ncclAllReduce", fmt::format("Pooler rank {}: {}", rank, step), comm);
+  setup_stream->synchronize();
+  int failed_anywhere = 0;
+  flag.download(&failed_anywhere, sizeof(failed_anywhere));
+  if (!local_error.empty()) {
+    throw Error(local_error);
+  }
+  if (failed_anywhere != 0) {
+    throw Error(fmt::format("Pooler rank {}: another rank failed while {} (see its error)", rank, step));
+  }
+}
+
 void Pooler::Impl::barrier(const char* why) {
   DeviceBuffer token(sizeof(int));
   token.fill_bytes(0);
@@ -291,7 +318,9 @@ void Pooler::Impl::barrier(const char* why) {
   setup_stream->synchronize();
 }
 
-void Pooler::Impl::compile_and_load() {
+// Compiles (or finds in the caches) every form: local work, done before the
+// configuration vote so that a compile error is voted on like bad input.
+void Pooler::Impl::compile() {
   const PoolerOptions& o = options;
   PoolerConfig config;
   config.hidden = o.hidden;
@@ -303,12 +332,16 @@ void Pooler::Impl::compile_and_load() {
   for (const PoolerLayer& layer : o.layers) {
     (layer.nvfp4() ? config.nvfp4_norms : config.edge_norms).push_back(NormConstants{layer.eps, layer.gain_center});
   }
-  const PoolerForms plan = pooler_forms(config);
-  const auto lookups = KernelCache::global().get_all(plan.forms, architecture);
+  plan = pooler_forms(config);
+  lookups = KernelCache::global().get_all(plan.forms, architecture);
   for (std::size_t i = 0; i < plan.forms.size(); ++i) {
     form_lines.push_back(fmt::format("{} ({}): {}", plan.forms[i].name(), architecture, to_string(lookups[i].origin)));
   }
+}
 
+// Loads every compiled form and binds the launchers to the mailbox.
+void Pooler::Impl::load() {
+  const PoolerOptions& o = options;
   const CUcontext ctx = context->get();
   const MailboxBinding binding = state->binding(mailbox->local());
   const auto timeout_ns = static_cast<unsigned long long>(o.spin_timeout.count());
@@ -353,35 +386,62 @@ Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<
   s.architecture = device_info(s.ordinal).architecture();
   s.setup_stream.emplace();
 
-  // Validate, then agree: every rank reaches the collective, valid or not.
+  // Validate and compile, then agree: every rank reaches the collective, valid
+  // or not, so bad input or a compile error on one rank raises on all.
   std::string local_error;
+  std::exception_ptr local_failure;
   try {
     s.layout = MailboxLayout::make(s.options.pooled, s.tp, s.options.capacity);
     s.validate_locally();
+    s.compile();
+    const std::size_t capacity = static_cast<std::size_t>(s.options.capacity);
+    const std::size_t pooled = static_cast<std::size_t>(s.options.pooled);
+    s.shard = DeviceBuffer(capacity * static_cast<std::size_t>(s.layout.width()) * 2);
+    s.packed = DeviceBuffer(capacity * pooled / 2);
+    s.scales = DeviceBuffer(capacity * pooled / 16);
+    s.rows = DeviceBuffer(capacity * pooled * 2);
+    s.normed = DeviceBuffer(capacity * pooled * 2);
+  } catch (const Error& error) {
+    local_error = fmt::format("Pooler rank {}: {}", s.rank, error.what());
+    local_failure = std::current_exception();
+  }
+  s.agree_on_configuration(local_error);  // throws if another rank failed or differs
+  if (local_failure) {
+    std::rethrow_exception(local_failure);  // this rank's own error, as raised
+  }
+
+  // Collective (NCCL's own): the symmetric window, then the peers' addresses.
+  s.mailbox.emplace(comm, s.layout.bytes());
+  local_error.clear();
+  try {
+    fill_mailbox_sentinel(s.mailbox->local(), s.layout, s.setup_stream->get());
+    s.state.emplace(s.setup_stream->get());
+    s.load();
+    s.setup_stream->synchronize();
   } catch (const Error& error) {
     local_error = fmt::format("Pooler rank {}: {}", s.rank, error.what());
   }
-  s.agree_on_configuration(local_error);
-
-  s.mailbox.emplace(comm, s.layout.bytes());
-  fill_mailbox_sentinel(s.mailbox->local(), s.layout, s.setup_stream->get());
-  s.state.emplace(s.setup_stream->get());
-  const std::size_t capacity = static_cast<std::size_t>(s.options.capacity);
-  const std::size_t pooled = static_cast<std::size_t>(s.options.pooled);
-  s.shard = DeviceBuffer(capacity * static_cast<std::size_t>(s.layout.width()) * 2);
-  s.packed = DeviceBuffer(capacity * pooled / 2);
-  s.scales = DeviceBuffer(capacity * pooled / 16);
-  s.rows = DeviceBuffer(capacity * pooled * 2);
-  s.normed = DeviceBuffer(capacity * pooled * 2);
-  s.compile_and_load();
-  s.setup_stream->synchronize();
   // Nobody publishes before every rank has filled its mailbox with the sentinel.
-  s.barrier("mailboxes ready");
+  s.agree_on_success(local_error, "preparing the mailbox and loading the kernels");
   log().info("Pooler rank {} of {} on GPU {} ({}): {} layers, batches {}, {} forms", s.rank, s.tp, s.ordinal,
              s.architecture, s.options.layers.size(), fmt::join(s.options.batches, ","), s.form_lines.size());
 }
 
-Pooler::~Pooler() = default;
+Pooler::~Pooler() {
+  // Kernels still in flight may use the scratch, the mailbox and the modules:
+  // let them finish before anything is released (the mailbox's own release is
+  // collective and comes last, with the members).
+  if (impl_ && impl_->context) {
+    try {
+      ContextScope scope(impl_->context->get());
+      if (CUresult status = driver().cuCtxSynchronize(); status != CUDA_SUCCESS) {
+        log().warn("Pooler rank {}: synchronizing before destruction failed: {}", impl_->rank, error_name(status));
+      }
+    } catch (const Error& error) {
+      log().warn("Pooler rank {}: {}", impl_->rank, error.what());
+    }
+  }
+}
 
 int Pooler::rank() const { return impl_->rank; }
 int Pooler::tp() const { return impl_->tp; }
@@ -399,9 +459,8 @@ void Pooler::Impl::check_usable() const {
   }
   const TimeoutRecord record = state->record();
   if (record.flag != 0u) {
-    auto& self = const_cast<Impl&>(*this);
-    self.failed = true;
-    self.failure = state->describe_timeout();
+    failed = true;
+    failure = state->describe_timeout();
     throw PeerTimeout(fmt::format("Pooler: {}: rank {} did not publish within the spin timeout ({:.3f} s); this "
                                   "Pooler refuses further calls until rebuilt",
                                   failure, record.missing_peer, static_cast<double>(options.spin_timeout.count()) * 1e-9),
@@ -492,6 +551,9 @@ void Pooler::warm_up() {
   Impl& s = *impl_;
   ContextScope scope(s.context->get());
   s.check_usable();
+  // Whatever the caller queued must be done before the warm-up's calls, which
+  // use the same mailbox from another stream.
+  POOLER_CU(cuCtxSynchronize(), fmt::format("Pooler rank {}: warm-up", s.rank));
   // No rank publishes before every rank has compiled: a consumer gives up after
   // the spin timeout, which a peer's compile could exceed.
   s.barrier("warm-up");

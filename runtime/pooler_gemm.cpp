@@ -106,9 +106,11 @@ void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s) {
 }
 
 // The rule, and why:
-// - 8 warps per CTA (256 threads): with one CTA per SM, 8 warps x 32 lanes x
-//   16 loads x 16 bytes = 64 KiB of w in flight per SM, two to three times
-//   what 4 TB/s over 132 SMs needs at HBM latency (~26 KiB at 800 ns).
+// - 8 warps per CTA (256 threads) at N = 512, 4 from N = 1024 on (measured:
+//   see below). With 8 warps and one CTA per SM, 8 warps x 32 lanes x 16
+//   loads x 16 bytes = 64 KiB of w in flight per SM, two to three times what
+//   4 TB/s over 132 SMs needs at HBM latency (~26 KiB at 800 ns); 4 warps at
+//   two CTAs per SM keep as much.
 // - 16 loads of w in flight per lane: 2 rows x tiles x k_unroll = 16, i.e.
 //   k_unroll = 8 / tiles. Issued in the prologue (before pdl_wait), then
 //   refilled one step at a time.
@@ -120,9 +122,9 @@ void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s) {
 //   would do all the work. The split goes first over the CTAs of a cluster (up
 //   to 8, the portable cluster size), then over the warps of a CTA.
 // - At K = 8192 this gives, for every rows: N 512: 2 x 4 warps, 32 columns,
-//   split 8, 16x8 CTAs; N 1024: 4 x 2 warps, 64 columns, split 8, 16x8; N 2048:
-//   4 x 2 warps of 2 tiles, 128 columns, split 8, 16x8; N 4096: 8 x 1 warps of
-//   2 tiles, 256 columns, split 8, 16x8. Every CTA reads 1/128 of w.
+//   split 8, 16x8 CTAs; N 1024: 4 x 1 warps, 64 columns, split 8, 16x8; N 2048:
+//   4 x 1 warps of 2 tiles, 128 columns, split 8, 16x8; N 4096: 4 x 1 warps of
+//   2 tiles, 128 columns, split 4, 32x4. Every CTA reads 1/128 of w.
 // The batch changes only ctas_per_sm (below): w traffic is the same for every
 // rows, and the x slice (rows x K/8 x 2 bytes, 66 KiB at 32 rows) fits beside
 // the reduction buffer, under 110 KiB, so two CTAs still fit an SM.
@@ -137,8 +139,13 @@ PoolerGemmShape choose_gemm_shape(int n, int k, int rows) {
   if (k <= 0 || k % 32 != 0) {
     throw InvalidArgument(fmt::format("pooler GEMM: K = {} must be a positive multiple of 32 (one K step)", k));
   }
-  constexpr int kWarpsPerCta = 8;
-  constexpr int kTargetWarps = 128 * kWarpsPerCta;
+  // Measured on an H200 (docs/PERFORMANCE.md, pooler-kernel-bench --sweep):
+  // from N = 1024 on, 4 warps per CTA side by side over columns, with K split
+  // across the cluster only, beat 8 warps that also split K inside the CTA by
+  // 5-30% (most at b = 16); at N = 512 there are too few columns for 4 warps
+  // to reach one wave of CTAs, and 8 warps (split K inside the CTA too) win.
+  const int kWarpsPerCta = n >= 1024 ? 4 : 8;
+  const int kTargetWarps = 128 * kWarpsPerCta;
   constexpr int kLoadsInFlight = 16;
 
   PoolerGemmShape s;

@@ -25,7 +25,7 @@ inline constexpr int kMaxGemmSharedBytes = 232448;
 inline constexpr int kMaxGemmRows = 32;
 
 // The launch shape for rows x k @ (n x k).T. The rule (see the definition for
-// the reasoning): 8 warps per CTA, 16 loads of w in flight per lane, and as many
+// the reasoning): 8 warps per CTA at N < 1024, 4 from N = 1024 on (measured), 16 loads of w in flight per lane, and as many
 // warps over K as it takes to reach 128 CTAs (one wave on 132 SMs) when n alone
 // gives too few; two CTAs per SM (128 registers) for rows <= 8 or a single
 // unrolled round, else one. Throws InvalidArgument when no shape fits (n not a multiple of

@@ -1,0 +1,269 @@
+// The Pooler's public API without a GPU: TensorView helpers, pooler_layer's checks
+// (each error names the value and what was expected), a Pooler with a null
+// communicator, and the test kernels of the multi-GPU tests (test_compare.cu,
+// test_spin.cu, test_gather_rows.cu) compiled for sm_90 and sm_100a without
+// local memory.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <functional>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "pooler/error.hpp"
+#include "pooler/pooler.hpp"
+#include "runtime/cubin_elf.hpp"
+#include "runtime/kernel_cache.hpp"
+#include "support/process.hpp"
+#include "support/stock_path.hpp"
+
+namespace pooler {
+namespace {
+
+constexpr int kHidden = 8192;
+constexpr int kPooled = 4096;
+// Fake device addresses: pooler_layer only does arithmetic on them.
+constexpr CUdeviceptr kWeight = 0x7f0000000000ull;
+constexpr CUdeviceptr kNorm = 0x7f1000000000ull;
+constexpr CUdeviceptr kScale = 0x7f2000000000ull;
+
+TensorView full_weight() { return TensorView::matrix(kWeight, DType::bf16, kPooled, kHidden); }
+TensorView norm_weight() { return TensorView::vector(kNorm, DType::bf16, kPooled); }
+TensorView global_scale() { return TensorView::scalar(kScale, DType::f32); }
+
+// The message of the InvalidArgument that `call` throws; fails the test if it
+// throws nothing or something else.
+std::string rejection(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const InvalidArgument& error) {
+    return error.what();
+  } catch (const std::exception& error) {
+    ADD_FAILURE() << "threw something other than InvalidArgument: " << error.what();
+    return {};
+  }
+  ADD_FAILURE() << "accepted; expected InvalidArgument";
+  return {};
+}
+
+void expect_mentions(const std::string& message, const std::vector<std::string>& parts) {
+  for (const std::string& part : parts) {
+    EXPECT_NE(message.find(part), std::string::npos) << "\"" << message << "\" does not mention \"" << part << "\"";
+  }
+}
+
+// ---- TensorView ---------------------------------------------------------------------------------
+
+TEST(TensorView, DTypes) {
+  EXPECT_STREQ(to_string(DType::bf16), "BF16");
+  EXPECT_STREQ(to_string(DType::f32), "FP32");
+  EXPECT_STREQ(to_string(DType::u8), "U8");
+  EXPECT_STREQ(to_string(DType::e4m3), "E4M3");
+  EXPECT_EQ(element_bytes(DType::bf16), 2);
+  EXPECT_EQ(element_bytes(DType::f32), 4);
+  EXPECT_EQ(element_bytes(DType::u8), 1);
+  EXPECT_EQ(element_bytes(DType::e4m3), 1);
+}
+
+TEST(TensorView, MatrixVectorScalar) {
+  const TensorView m = TensorView::matrix(0x1000, DType::bf16, 8, 8192);
+  EXPECT_EQ(m.data, 0x1000u);
+  EXPECT_EQ(m.dtype, DType::bf16);
+  EXPECT_EQ(m.dims, 2);
+  EXPECT_EQ(m.shape[0], 8);
+  EXPECT_EQ(m.shape[1], 8192);
+  EXPECT_EQ(m.stride[0], 8192);
+  EXPECT_EQ(m.stride[1], 1);
+  EXPECT_TRUE(m.contiguous());
+
+  const TensorView v = TensorView::vector(0x2000, DType::u8, 4096);
+  EXPECT_EQ(v.dims, 1);
+  EXPECT_EQ(v.shape[0], 4096);
+  EXPECT_EQ(v.stride[0], 1);
+  EXPECT_TRUE(v.contiguous());
+
+  const TensorView s = TensorView::scalar(0x3000, DType::f32);
+  EXPECT_EQ(s.dims, 1);
+  EXPECT_EQ(s.shape[0], 1);
+  EXPECT_EQ(s.dtype, DType::f32);
+  EXPECT_TRUE(s.contiguous());
+}
+
+TEST(TensorView, Contiguity) {
+  TensorView padded = TensorView::matrix(0x1000, DType::bf16, 8, 8192);
+  padded.stride[0] = 8200;  // padded rows
+  EXPECT_FALSE(padded.contiguous());
+  TensorView transposed = TensorView::matrix(0x1000, DType::bf16, 8, 8192);
+  transposed.stride[0] = 1;
+  transposed.stride[1] = 8;
+  EXPECT_FALSE(transposed.contiguous());
+  TensorView strided = TensorView::vector(0x1000, DType::bf16, 16);
+  strided.stride[0] = 2;
+  EXPECT_FALSE(strided.contiguous());
+  // A vector ignores its second dimension.
+  TensorView vector = TensorView::vector(0x1000, DType::bf16, 16);
+  vector.shape[1] = 7;
+  vector.stride[1] = 3;
+  EXPECT_TRUE(vector.contiguous());
+}
+
+TEST(TensorView, Describe) {
+  EXPECT_EQ(TensorView::matrix(0x7f00, DType::bf16, 8, 8192).describe(), "BF16 [8, 8192] strides [8192, 1] at 0x7f00");
+  EXPECT_EQ(TensorView::vector(0x10, DType::e4m3, 256).describe(), "E4M3 [256] stride [1] at 0x10");
+  EXPECT_EQ(TensorView::scalar(0x20, DType::f32).describe(), "FP32 [1] stride [1] at 0x20");
+}
+
+// ---- pooler_layer -------------------------------------------------------------------------------
+
+TEST(PoolerLayer, SplitsTheWeightByRank) {
+  for (int tp : {1, 2, 4, 8}) {
+    for (int rank = 0; rank < tp; ++rank) {
+      SCOPED_TRACE("rank " + std::to_string(rank) + " of tp " + std::to_string(tp));
+      const int width = kPooled / tp;
+      const PoolerLayer layer = pooler_layer(full_weight(), norm_weight(), 2e-5f, 0.5f, global_scale(), tp, rank);
+      EXPECT_EQ(layer.weight.data, kWeight + static_cast<CUdeviceptr>(rank) * width * kHidden * 2);
+      EXPECT_EQ(layer.weight.dtype, DType::bf16);
+      EXPECT_EQ(layer.weight.dims, 2);
+      EXPECT_EQ(layer.weight.shape[0], width);
+      EXPECT_EQ(layer.weight.shape[1], kHidden);
+      EXPECT_TRUE(layer.weight.contiguous());
+      EXPECT_EQ(layer.norm_weight.data, kNorm);
+      EXPECT_EQ(layer.norm_weight.shape[0], kPooled);
+      EXPECT_EQ(layer.eps, 2e-5f);
+      EXPECT_EQ(layer.gain_center, 0.5f);
+      ASSERT_TRUE(layer.global_scale.has_value());
+      EXPECT_EQ(layer.global_scale->data, kScale);
+      EXPECT_TRUE(layer.nvfp4());
+    }
+  }
+}
+
+TEST(PoolerLayer, EdgeLayerHasNoGlobalScale) {
+  const PoolerLayer layer = pooler_layer(full_weight(), norm_weight(), 1e-5f, 1.0f, std::nullopt, 2, 1);
+  EXPECT_FALSE(layer.nvfp4());
+  EXPECT_FALSE(layer.global_scale.has_value());
+  EXPECT_EQ(layer.weight.data, kWeight + static_cast<CUdeviceptr>(2048) * kHidden * 2);
+}
+
+TEST(PoolerLayer, RejectsABadRankOrTp) {
+  expect_mentions(rejection([] { pooler_layer(full_weight(), norm_weight(), 1e-5f, 1.0f, std::nullopt, 2, 2); }),
+                  {"rank 2", "tp 2"});
+  expect_mentions(rejection([] { pooler_layer(full_weight(), norm_weight(), 1e-5f, 1.0f, std::nullopt, 2, -1); }),
+                  {"rank -1", "tp 2"});
+  expect_mentions(rejection([] { pooler_layer(full_weight(), norm_weight(), 1e-5f, 1.0f, std::nullopt, 0, 0); }),
+                  {"tp 0"});
+}
+
+TEST(PoolerLayer, RejectsAWeightOfTheWrongKind) {
+  const TensorView f32 = TensorView::matrix(kWeight, DType::f32, kPooled, kHidden);
+  expect_mentions(rejection([&] { pooler_layer(f32, norm_weight(), 1e-5f, 1.0f, std::nullopt, 2, 0); }),
+                  {"pooler weight", "FP32", "BF16"});
+  const TensorView flat = TensorView::vector(kWeight, DType::bf16, kPooled * kHidden);
+  expect_mentions(rejection([&] { pooler_layer(flat, norm_weight(), 1e-5f, 1.0f, std::nullopt, 2, 0); }),
+                  {"pooler weight", "BF16 [33554432]", "[P, H]"});
+  TensorView padded = full_weight();
+  padded.stride[0] = kHidden + 8;
+  expect_mentions(rejection([&] { pooler_layer(padded, norm_weight(), 1e-5f, 1.0f, std::nullopt, 2, 0); }),
+                  {"pooler weight", "8200", "contiguous"});
+}
+
+TEST(PoolerLayer, RejectsAPooledWidthNotDivisibleByTp) {
+  const TensorView odd = TensorView::matrix(kWeight, DType::bf16, 4100, kHidden);
+  const TensorView odd_norm = TensorView::vector(kNorm, DType::bf16, 4100);
+  expect_mentions(rejection([&] { pooler_layer(odd, odd_norm, 1e-5f, 1.0f, std::nullopt, 8, 0); }),
+                  {"P = 4100", "tp 8"});
+}
+
+TEST(PoolerLayer, RejectsABadNormWeight) {
+  const TensorView short_norm = TensorView::vector(kNorm, DType::bf16, 2048);
+  expect_mentions(rejection([&] { pooler_layer(full_weight(), short_norm, 1e-5f, 1.0f, std::nullopt, 2, 0); }),
+                  {"pre_expert_norm weight", "[2048]", "BF16 [4096]"});
+  const TensorView f32_norm = TensorView::vector(kNorm, DType::f32, kPooled);
+  expect_mentions(rejection([&] { pooler_layer(full_weight(), f32_norm, 1e-5f, 1.0f, std::nullopt, 2, 0); }),
+                  {"pre_expert_norm weight", "FP32", "BF16 [4096]"});
+  const TensorView matrix_norm = TensorView::matrix(kNorm, DType::bf16, 1, kPooled);
+  expect_mentions(rejection([&] { pooler_layer(full_weight(), matrix_norm, 1e-5f, 1.0f, std::nullopt, 2, 0); }),
+                  {"pre_expert_norm weight", "BF16 [4096]"});
+  const TensorView misaligned = TensorView::vector(kNorm + 2, DType::bf16, kPooled);
+  expect_mentions(rejection([&] { pooler_layer(full_weight(), misaligned, 1e-5f, 1.0f, std::nullopt, 2, 0); }),
+                  {"pre_expert_norm weight", "not aligned", "16"});
+  const TensorView null_norm = TensorView::vector(0, DType::bf16, kPooled);
+  expect_mentions(rejection([&] { pooler_layer(full_weight(), null_norm, 1e-5f, 1.0f, std::nullopt, 2, 0); }),
+                  {"pre_expert_norm weight", "null"});
+}
+
+TEST(PoolerLayer, RejectsABadGlobalScale) {
+  const TensorView bf16_scale = TensorView::scalar(kScale, DType::bf16);
+  expect_mentions(rejection([&] { pooler_layer(full_weight(), norm_weight(), 1e-5f, 1.0f, bf16_scale, 2, 0); }),
+                  {"global scale", "BF16", "FP32 [1]"});
+  const TensorView two = TensorView::vector(kScale, DType::f32, 2);
+  expect_mentions(rejection([&] { pooler_layer(full_weight(), norm_weight(), 1e-5f, 1.0f, two, 2, 0); }),
+                  {"global scale", "[2]", "FP32 [1]"});
+  const TensorView misaligned = TensorView::scalar(kScale + 2, DType::f32);
+  expect_mentions(rejection([&] { pooler_layer(full_weight(), norm_weight(), 1e-5f, 1.0f, misaligned, 2, 0); }),
+                  {"global scale", "not aligned", "4"});
+}
+
+// ---- the Pooler without a communicator -------------------------------------------------------------
+
+TEST(Pooler, NullCommunicatorIsInvalid) {
+  PoolerOptions options;
+  options.layers.push_back(pooler_layer(full_weight(), norm_weight(), 1e-5f, 1.0f, global_scale(), 2, 0));
+  expect_mentions(rejection([&] { Pooler pooler(nullptr, options); }), {"communicator", "null"});
+}
+
+TEST(Pooler, DefaultOptionsAreMuseSpark) {
+  const PoolerOptions options;
+  EXPECT_EQ(options.hidden, 8192);
+  EXPECT_EQ(options.pooled, 4096);
+  EXPECT_EQ(options.capacity, 32);
+  EXPECT_TRUE(options.enable_pdl);
+  EXPECT_EQ(options.batches, std::vector<int>{8});
+  EXPECT_GT(options.spin_timeout.count(), 0);
+}
+
+// ---- the multi-GPU tests' kernels ---------------------------------------------------------------------
+
+std::vector<Form> test_forms() {
+  std::vector<Form> forms = {testing::compare_form(), testing::spin_form()};
+  for (int tp : {1, 2, 4, 8}) forms.push_back(testing::gather_rows_form(kPooled, tp));
+  forms.push_back(testing::gather_rows_form(512, 8));
+  return forms;
+}
+
+class PoolerTestKernels : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(PoolerTestKernels, CompileWithoutLocalMemory) {
+  const std::string architecture = GetParam();
+  testing::ScratchDir dir;
+  KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
+  const std::vector<Form> forms = test_forms();
+  const std::vector<Lookup> compiled = cache.get_all(forms, architecture);
+  ASSERT_EQ(compiled.size(), forms.size());
+  for (std::size_t i = 0; i < forms.size(); ++i) {
+    const Form& form = forms[i];
+    SCOPED_TRACE(form.name() + " for " + architecture);
+    const CacheEntry& entry = *compiled[i].entry;
+    EXPECT_EQ(cubin_architecture(entry.cubin), architecture);
+    const std::vector<KernelResources> kernels = read_cubin_resources(entry.cubin);
+    ASSERT_EQ(kernels.size(), form.kernels().size()) << "entry points in the cubin";
+    for (const KernelResources& kernel : kernels) {
+      EXPECT_NE(std::find(form.kernels().begin(), form.kernels().end(), kernel.name), form.kernels().end())
+          << kernel.name << " is not an entry point of the form";
+      EXPECT_EQ(kernel.local_bytes, 0) << kernel.name << ": local memory (spills or a stack array)";
+      const int threads = kernel.name == testing::kSpinEntry ? 1 : testing::kTestThreads;
+      EXPECT_EQ(kernel.max_threads, threads) << kernel.name;
+      EXPECT_LE(kernel.registers, 65536 / threads) << kernel.name << " cannot launch";
+      std::cout << "[ resources ] " << form.name() << " " << kernel.name << " " << architecture << ": "
+                << kernel.registers << " registers\n";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, PoolerTestKernels, ::testing::Values("sm_90", "sm_100a"),
+                         [](const ::testing::TestParamInfo<const char*>& param) { return std::string(param.param); });
+
+}  // namespace
+}  // namespace pooler
