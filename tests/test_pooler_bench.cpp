@@ -1,0 +1,124 @@
+// pooler-bench without a GPU: --help, usage errors, and the no-GPU path (every
+// form of the configuration compiled into the cache, the kernel table printed,
+// exit 0), forced with POOLER_CUDA_DRIVER pointing at a missing library so that
+// it behaves the same on a GPU machine. Also: the benchmark's own kernel
+// templates compile for sm_90 and sm_100a without local memory.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "runtime/cubin_elf.hpp"
+#include "runtime/kernel_cache.hpp"
+#include "runtime/pooler_forms.hpp"
+#include "support/process.hpp"
+#include "tools/bench_forms.hpp"
+
+namespace pooler {
+namespace {
+
+using testing::run_process;
+using testing::ScratchDir;
+
+const std::map<std::string, std::string> kNoDriver = {{"POOLER_CUDA_DRIVER", "/nonexistent/libcuda.so.1"}};
+
+testing::ProcessResult bench(std::vector<std::string> args) {
+  args.insert(args.begin(), POOLER_BENCH_TOOL);
+  return run_process(args, kNoDriver);
+}
+
+TEST(PoolerBench, HelpListsTheFlags) {
+  const auto result = bench({"--help"});
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("usage: pooler-bench"), std::string::npos) << result.output;
+  for (const char* flag : {"--hidden", "--pooled", "--layers", "--edge-layers", "--eps", "--gain-center", "--tp",
+                           "--batches", "--capacity", "--no-pdl", "--seed", "--weight-std", "--x-std", "--norm-std",
+                           "--calibration-rows", "--warmup", "--replays", "--read-gb", "--quick", "--no-cold",
+                           "--timeout", "--json", "--cache-dir", "--arch"}) {
+    EXPECT_NE(result.output.find(std::string("  ") + flag), std::string::npos) << flag << " is not in --help";
+  }
+  EXPECT_NE(result.output.find("(1,2,4,8,16)"), std::string::npos) << "the default batches";
+  EXPECT_NE(result.output.find("(62)"), std::string::npos) << "the default layers";
+}
+
+TEST(PoolerBench, UsageErrorsExitTwo) {
+  const std::vector<std::vector<std::string>> bad = {
+      {"--bogus"},
+      {"--batches", "0"},
+      {"--batches", "1,,2"},
+      {"--batches", "64"},            // above the default capacity
+      {"--tp", "9"},
+      {"--layers", "4", "--edge-layers", "4"},  // no such layer
+      {"--replays"},                  // no value
+      {"--arch", "90"},
+      {"--phase", "bench"},           // the hidden flags need each other
+      {"--rank", "0", "--ranks", "2"},
+      {"--tp", "3", "--arch", "sm_90", "--batches", "8"},  // no forms for TP3 (no-GPU path)
+  };
+  for (const auto& args : bad) {
+    ScratchDir dir;
+    std::vector<std::string> full = args;
+    full.insert(full.end(), {"--cache-dir", dir.path()});
+    const auto result = bench(full);
+    EXPECT_EQ(result.exit_code, 2) << ::testing::PrintToString(args) << "\n" << result.output;
+    EXPECT_NE(result.output.find("pooler-bench: "), std::string::npos) << result.output;
+  }
+}
+
+TEST(PoolerBench, WithoutAGpuCompilesEveryFormAndPrintsTheKernelTable) {
+  ScratchDir dir;
+  const std::vector<std::string> args = {"--cache-dir", dir.path(), "--tp", "2", "--arch", "sm_90", "--batches", "8"};
+  const auto result = bench(args);
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("no GPU on this machine (no CUDA driver"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("kernel table"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("regs"), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("<- local memory"), std::string::npos) << result.output;
+
+  // What it should have compiled: the Pooler's forms at TP2 for b = 8 with the
+  // stock forms, and the benchmark's own.
+  PoolerConfig config;
+  config.tp = 2;
+  config.batches = {8};
+  config.nvfp4_norms = {NormConstants{}};
+  config.edge_norms = {NormConstants{}};
+  config.stock = true;
+  std::vector<Form> forms = pooler_forms(config).forms;
+  forms.push_back(bench::stock_glue_form(4096, 2));
+  forms.push_back(bench::fill_form());
+  for (const bench::ReadConfig& read : bench::read_configs()) forms.push_back(bench::read_form(read));
+  for (const Form& form : forms) {
+    EXPECT_NE(result.output.find(form.name() + " "), std::string::npos) << form.name() << "\n" << result.output;
+  }
+  EXPECT_NE(result.output.find("pooler_bench_rearrange"), std::string::npos);
+  EXPECT_NE(result.output.find("pooler_bench_amax_scale"), std::string::npos);
+  EXPECT_EQ(testing::entry_files(dir.path()).size(), forms.size());
+
+  // A second run finds everything on disk and compiles nothing.
+  const auto again = bench(args);
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(testing::entry_files(dir.path()).size(), forms.size());
+  EXPECT_NE(again.output.find(" disk "), std::string::npos) << again.output;
+}
+
+TEST(PoolerBenchKernels, CompileForBothArchitecturesWithoutLocalMemory) {
+  ScratchDir dir;
+  KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
+  std::vector<Form> forms = {bench::fill_form(), bench::stock_glue_form(512, 8), bench::stock_glue_form(16384, 1)};
+  for (int tp : {1, 2, 4, 8}) forms.push_back(bench::stock_glue_form(4096, tp));
+  for (const char* arch : {"sm_90", "sm_100a"}) {
+    for (const Form& form : forms) {
+      const Lookup lookup = cache.get(form, arch);
+      const std::vector<KernelResources> kernels = read_cubin_resources(lookup.entry->cubin);
+      EXPECT_EQ(kernels.size(), form.kernels().size()) << form.name() << " " << arch;
+      for (const KernelResources& kernel : kernels) {
+        EXPECT_EQ(kernel.local_bytes, 0) << form.name() << " " << arch << " " << kernel.name;
+        EXPECT_EQ(kernel.stack_bytes, 0) << form.name() << " " << arch << " " << kernel.name;
+      }
+      EXPECT_EQ(cubin_architecture(lookup.entry->cubin), arch) << form.name();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace pooler

@@ -1,0 +1,74 @@
+// The forms pooler-bench compiles besides the Pooler's own: the synthetic-data
+// fill (kernel_templates/bench_fill.cu), the stock path's glue
+// (kernel_templates/bench_stock.cu), the streaming-read ceiling
+// (kernel_templates/bench_read.cu, shared with pooler-kernel-bench: same names
+// and constants, so the two tools share cache entries) and the stock norm and
+// quantize. Header-only so that the CPU test compiles the same forms.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "runtime/form.hpp"
+#include "runtime/pooler_forms.hpp"
+#include "runtime/pooler_kernels.hpp"
+
+namespace pooler::bench {
+
+inline constexpr int kFillThreads = 256;
+inline constexpr int kStockThreads = 256;
+inline constexpr const char* kFillEntry = "pooler_bench_fill_bf16";
+inline constexpr const char* kRearrangeEntry = "pooler_bench_rearrange";
+inline constexpr const char* kAmaxEntry = "pooler_bench_amax_scale";
+inline constexpr const char* kReadEntry = "pooler_bench_read";
+
+inline Form fill_form() {
+  return Form(fmt::format("bench_fill_t{}", kFillThreads), "bench_fill.cu", {kFillEntry}).set("THREADS", kFillThreads);
+}
+
+inline Form stock_glue_form(int pooled, int tp) {
+  return Form(fmt::format("bench_stock_p{}_tp{}", pooled, tp), "bench_stock.cu", {kRearrangeEntry, kAmaxEntry})
+      .set("POOLED", pooled)
+      .set("TP", tp)
+      .set("THREADS", kStockThreads);
+}
+
+// A launch shape of the read kernel: threads per CTA, loads in flight per
+// thread, CTAs per SM.
+struct ReadConfig {
+  int threads = 512;
+  int unroll = 8;
+  int ctas_per_sm = 4;
+};
+
+inline const std::vector<ReadConfig>& read_configs() {
+  static const std::vector<ReadConfig> configs = {{512, 8, 4}, {256, 8, 8}, {1024, 4, 2}};
+  return configs;
+}
+
+inline Form read_form(const ReadConfig& config) {
+  return Form(fmt::format("bench_read_t{}_u{}", config.threads, config.unroll), "bench_read.cu", {kReadEntry})
+      .set("THREADS", config.threads)
+      .set("UNROLL", config.unroll);
+}
+
+// Everything one rank of the benchmark loads besides the Pooler's forms, in this
+// order: fill, stock glue, stock norm, stock quantize, then the read forms.
+struct BenchForms {
+  std::vector<Form> forms;
+  std::size_t fill = 0, glue = 1, stock_norm = 2, stock_quantize = 3, first_read = 4;
+};
+
+inline BenchForms bench_forms(int pooled, int tp, float eps, float gain_center) {
+  BenchForms out;
+  out.forms.push_back(fill_form());
+  out.forms.push_back(stock_glue_form(pooled, tp));
+  out.forms.push_back(stock_norm_form(pooled, eps, gain_center));
+  out.forms.push_back(stock_quantize_form(pooled));
+  for (const ReadConfig& config : read_configs()) out.forms.push_back(read_form(config));
+  return out;
+}
+
+}  // namespace pooler::bench
