@@ -215,6 +215,13 @@ SymmetricBuffer::SymmetricBuffer(ncclComm_t comm, std::size_t bytes) : comm_(com
     check_nccl(ncclMemAlloc(&memory_, mapped_bytes_), "ncclMemAlloc", fmt::format("{}: {} bytes", who, mapped_bytes_),
                comm);
     local_ = static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(memory_));
+    if (size_ == 1) {
+      // A single rank has no peers to map: NCCL 2.28 registers no device-side
+      // window descriptor for a one-rank communicator (reading it fails), and
+      // the only "peer" address is the local one.
+      peers_ = {local_};
+      return;
+    }
 
     ncclWindow_t window = nullptr;
     check_nccl(ncclCommWindowRegister(comm, memory_, mapped_bytes_, &window, NCCL_WIN_COLL_SYMMETRIC),
