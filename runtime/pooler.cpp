@@ -126,6 +126,9 @@ PoolerLayer pooler_layer(const TensorView& weight, const TensorView& norm_weight
   if (weight.dims != 2 || weight.dtype != DType::bf16 || !weight.contiguous()) {
     throw InvalidArgument(fmt::format("pooler weight is {}; expected a contiguous BF16 [P, H]", weight.describe()));
   }
+  if (weight.data == 0 || weight.data % 16 != 0) {
+    throw InvalidArgument(fmt::format("pooler weight at {:#x}: expected a non-null, 16-byte aligned pointer", weight.data));
+  }
   const std::int64_t pooled = weight.shape[0];
   const std::int64_t hidden = weight.shape[1];
   if (pooled % tp != 0) {

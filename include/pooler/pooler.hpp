@@ -21,17 +21,18 @@
 #include <vector>
 
 #include "pooler/error.hpp"
+#include "pooler/export.hpp"
 #include "pooler/gemm_shape.hpp"
 
 namespace pooler {
 
 enum class DType { bf16, f32, u8, e4m3 };
-const char* to_string(DType dtype);
-int element_bytes(DType dtype);
+POOLER_API const char* to_string(DType dtype);
+POOLER_API int element_bytes(DType dtype);
 
 // A view of device memory: up to two dimensions, strides in elements. No
 // ownership. `dims` 1 uses shape[0] and stride[0] only.
-struct TensorView {
+struct POOLER_API TensorView {
   CUdeviceptr data = 0;
   DType dtype = DType::bf16;
   int dims = 2;
@@ -46,7 +47,7 @@ struct TensorView {
 };
 
 // What the pooler reads from one stock MoE layer (views, no copies).
-struct PoolerLayer {
+struct POOLER_API PoolerLayer {
   TensorView weight;                        // this rank's rows of the pooler weight: BF16 [P / tp, H], contiguous
   TensorView norm_weight;                   // pre_expert_norm weight: BF16 [P], applied after the norm
   float eps = 1e-5f;                        // pre_expert_norm epsilon
@@ -60,10 +61,11 @@ struct PoolerLayer {
 // (rows rank * P / tp ... are this rank's), `norm_weight` BF16 [P],
 // `global_scale` one FP32 value or none. Checks what the fused path assumes and
 // throws InvalidArgument naming the value otherwise (like the seed's pooler_layer).
-PoolerLayer pooler_layer(const TensorView& weight, const TensorView& norm_weight, float eps, float gain_center,
-                         const std::optional<TensorView>& global_scale, int tp, int rank);
+POOLER_API PoolerLayer pooler_layer(const TensorView& weight, const TensorView& norm_weight, float eps,
+                                    float gain_center, const std::optional<TensorView>& global_scale, int tp,
+                                    int rank);
 
-struct PoolerOptions {
+struct POOLER_API PoolerOptions {
   std::vector<PoolerLayer> layers;
   std::vector<int> batches = {8};                            // the b of run(); each gets a GEMM form
   int capacity = 32;                                         // mailbox rows: every b lies in [1, capacity]
@@ -76,7 +78,7 @@ struct PoolerOptions {
 
 // What run() hands the experts. For an NVFP4 layer `packed` (U8 [b, P / 2]) and
 // `scales` (E4M3 [b, P / 16]); for a BF16 edge layer `normed` (BF16 [b, P]).
-struct ExpertInput {
+struct POOLER_API ExpertInput {
   bool nvfp4 = false;
   TensorView packed;
   TensorView scales;
@@ -86,7 +88,7 @@ struct ExpertInput {
 // Who did not publish in time. Raised by run() or check() after a consumer gave up
 // waiting; the Pooler then refuses further calls until it is rebuilt. The CUDA
 // context stays usable.
-class PeerTimeout : public Error {
+class POOLER_API PeerTimeout : public Error {
  public:
   PeerTimeout(const std::string& message, int rank_, int missing_peer_, int layer_, int stage_, std::uint64_t elapsed_)
       : Error(message), rank(rank_), missing_peer(missing_peer_), layer(layer_), stage(stage_), elapsed_ns(elapsed_) {}
@@ -94,7 +96,7 @@ class PeerTimeout : public Error {
   std::uint64_t elapsed_ns;
 };
 
-class Pooler {
+class POOLER_API Pooler {
  public:
   // Collective over `comm` (one rank per GPU; several ranks in one process work,
   // a thread each). The current CUDA context must be the primary context of the
@@ -109,7 +111,9 @@ class Pooler {
   // synchronisation. Every rank alike, before CUDA-graph capture.
   void warm_up();
 
-  // x BF16 [b, H] (the pre_ffn_norm output) -> the expert input.
+  // x BF16 [b, H] (the pre_ffn_norm output) -> the expert input. `stream`
+  // belongs to the Pooler's GPU; the call makes that GPU's primary context
+  // current on the calling thread (as the CUDA runtime does) if it is not.
   ExpertInput run(int layer, const TensorView& x, CUstream stream);
   // The steps of run(), for engines that interleave them.
   TensorView project(int layer, const TensorView& x, CUstream stream);  // this rank's [b, P / tp] block, into scratch
