@@ -6,24 +6,26 @@
 #include <stdexcept>
 #include <string>
 
+#include "pooler/export.hpp"
+
 namespace pooler {
 
 // Base of everything pooler throws.
-class Error : public std::runtime_error {
+class POOLER_API Error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
 // The CUDA driver is missing or too old: raised by anything that needs the GPU.
 // Specialization, compilation, caching and inspection never raise it.
-class NoDriverError : public Error {
+class POOLER_API NoDriverError : public Error {
  public:
   using Error::Error;
 };
 
 // A CUDA driver API call failed: the message carries the call, the code's name
 // and the context.
-class CudaError : public Error {
+class POOLER_API CudaError : public Error {
  public:
   CudaError(const std::string& message, int code) : Error(message), code_(code) {}
   int code() const noexcept { return code_; }
@@ -34,13 +36,13 @@ class CudaError : public Error {
 
 // NVRTC rejected a specialized template: the message carries the NVRTC log and
 // the specialized source with line numbers.
-class CompileError : public Error {
+class POOLER_API CompileError : public Error {
  public:
   using Error::Error;
 };
 
 // A bad argument: the message names the value and what was expected.
-class InvalidArgument : public Error {
+class POOLER_API InvalidArgument : public Error {
  public:
   using Error::Error;
 };

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "pooler/export.hpp"
+
 namespace pooler {
 
 // Launch shape of the pooler GEMM. A tuning knob, not a contract: every shape
@@ -26,6 +28,6 @@ struct PoolerGemmShape {
 };
 
 // "block 256, 64 columns/CTA (1 tiles x 4 warps), split-K 8 CTAs x 2 warps, unroll 8, 2 CTAs/SM".
-std::string describe(const PoolerGemmShape& shape);
+POOLER_API std::string describe(const PoolerGemmShape& shape);
 
 }  // namespace pooler

@@ -1,0 +1,217 @@
+/* pooler's C interface, exported by libpooler.so beside the C++ API of
+ * pooler/pooler.hpp, for engines that are not C++ or that load the library at
+ * run time (Python's ctypes: tools/pooler_torch.py).
+ *
+ * Compiles as C99 and as C++; needs neither cuda.h nor nccl.h: device memory
+ * is a uint64_t address (a CUdeviceptr, a torch tensor's data_ptr()), a
+ * stream is a void* (a CUstream or cudaStream_t), an NCCL communicator a void*
+ * (an ncclComm_t).
+ *
+ * Every function that can fail returns a pooler_status; on failure,
+ * pooler_last_error() says what went wrong (the value at fault and what was
+ * expected) until the next call on the same thread. No function throws or
+ * aborts. All checks of the C++ API apply. Every pointer argument must be
+ * non-NULL unless its comment says otherwise; a NULL one is
+ * POOLER_INVALID_ARGUMENT, named in the message.
+ *
+ * Handles are not thread-safe: use each from one thread at a time, as a CUDA
+ * stream is used. Calls marked "collective" must be made by every rank of the
+ * communicator (a thread or process each), in the same order.
+ */
+#ifndef POOLER_POOLER_H
+#define POOLER_POOLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define POOLER_C_API __attribute__((visibility("default")))
+#else
+#define POOLER_C_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The ABI this header describes: the layout of every struct below and the
+ * signature of every function. Compare it with pooler_abi_version() of the
+ * library actually loaded. */
+#define POOLER_ABI_VERSION 1
+
+typedef enum pooler_status {
+  POOLER_OK = 0,
+  POOLER_INVALID_ARGUMENT = 1, /* a bad argument (pooler::InvalidArgument) */
+  POOLER_NO_DRIVER = 2,        /* no usable CUDA driver (pooler::NoDriverError) */
+  POOLER_CUDA_ERROR = 3,       /* a CUDA driver call failed (pooler::CudaError) */
+  POOLER_NCCL_ERROR = 4,       /* an NCCL call failed */
+  POOLER_COMPILE_ERROR = 5,    /* NVRTC rejected a kernel form (pooler::CompileError) */
+  POOLER_PEER_TIMEOUT = 6,     /* a peer did not publish in time (pooler::PeerTimeout); see pooler_peer_timeout() */
+  POOLER_OTHER = 7             /* anything else (pooler::Error, out of host memory, ...) */
+} pooler_status;
+
+typedef enum pooler_dtype {
+  POOLER_DTYPE_BF16 = 0,
+  POOLER_DTYPE_F32 = 1,
+  POOLER_DTYPE_U8 = 2,
+  POOLER_DTYPE_E4M3 = 3
+} pooler_dtype;
+
+/* An NCCL communicator as pooler uses it: one this library created (and
+ * destroys) or one the engine made (and keeps). */
+typedef struct pooler_comm_st* pooler_comm_t;
+/* One TP rank's Pooler (pooler::Pooler). */
+typedef struct pooler_st* pooler_t;
+
+/* An ncclUniqueId, byte for byte: made by one rank, handed to all others. */
+typedef struct pooler_unique_id {
+  char internal[128];
+} pooler_unique_id;
+
+/* One MoE layer as the pooler reads it; device addresses of the engine's
+ * tensors (not copied: they must outlive the Pooler). */
+typedef struct pooler_layer_desc {
+  uint64_t weight;       /* this rank's rows of the pooler weight: BF16 [P / tp, H], contiguous, 16-byte aligned */
+  uint64_t norm_weight;  /* pre_expert_norm weight: BF16 [P], 16-byte aligned */
+  uint64_t global_scale; /* NVFP4 input global scale, one FP32 on the device; 0 for a BF16 edge layer */
+  float eps;             /* pre_expert_norm epsilon (1e-5 for Muse Spark) */
+  float gain_center;     /* effective norm weight = weight + gain_center (1.0 for Muse Spark) */
+} pooler_layer_desc;
+
+/* What pooler_create builds. Start from pooler_options_init(). */
+typedef struct pooler_options {
+  const pooler_layer_desc* layers; /* one per MoE layer, indexed by the `layer` of pooler_run */
+  int num_layers;
+  const int* batches; /* every b that pooler_run will see; each gets a compiled GEMM form */
+  int num_batches;
+  int capacity;            /* mailbox rows: every b lies in [1, capacity] (default 32) */
+  int enable_pdl;          /* programmatic dependent launch between the kernels (default 1) */
+  int64_t spin_timeout_ns; /* how long a consumer waits for a peer (default 10 s) */
+  int hidden;              /* H, the GEMM's K (default 8192) */
+  int pooled;              /* P, the pooled width (default 4096) */
+} pooler_options;
+
+/* A view of device memory: a contiguous row-major [rows, cols] matrix of
+ * `dtype` elements at `data`. No ownership. */
+typedef struct pooler_tensor {
+  uint64_t data;
+  int64_t rows;
+  int64_t cols;
+  int32_t dtype; /* a pooler_dtype */
+} pooler_tensor;
+
+/* What pooler_run hands the experts: for an NVFP4 layer (nvfp4 = 1) `packed`
+ * (U8 [b, P / 2], element 2k in the low nibble of byte k) and `scales` (E4M3
+ * [b, P / 16], row-major); for a BF16 edge layer (nvfp4 = 0) `normed` (BF16
+ * [b, P]). The fields that do not apply are zero. Views of the Pooler's
+ * scratch: the next call overwrites them. */
+typedef struct pooler_expert_input {
+  int32_t nvfp4;
+  pooler_tensor packed;
+  pooler_tensor scales;
+  pooler_tensor normed;
+} pooler_expert_input;
+
+/* Who did not publish in time (pooler::PeerTimeout's fields). */
+typedef struct pooler_peer_timeout_info {
+  int32_t occurred; /* 0: this Pooler has seen no timeout, and the fields below are 0 */
+  int32_t rank;     /* the rank that gave up waiting (this one) */
+  int32_t missing_peer;
+  int32_t layer;
+  int32_t stage;
+  uint64_t elapsed_ns;
+} pooler_peer_timeout_info;
+
+/* ---- the library ---------------------------------------------------------- */
+
+/* POOLER_ABI_VERSION of the library. */
+POOLER_C_API int pooler_abi_version(void);
+/* The library's version ("0.1.0"); static storage. */
+POOLER_C_API const char* pooler_version(void);
+/* "POOLER_OK", "POOLER_INVALID_ARGUMENT", ...; static storage. */
+POOLER_C_API const char* pooler_status_name(pooler_status status);
+/* What the last failed call on this thread reported; "" after a call that
+ * returned POOLER_OK. Valid until the next call on this thread. */
+POOLER_C_API const char* pooler_last_error(void);
+/* The number of CUDA devices (POOLER_NO_DRIVER without a usable driver). */
+POOLER_C_API pooler_status pooler_device_count(int* count);
+
+/* ---- communicators -------------------------------------------------------- */
+
+/* A fresh NCCL unique id (ncclGetUniqueId), for pooler_comm_init_rank. */
+POOLER_C_API pooler_status pooler_get_unique_id(pooler_unique_id* id);
+/* Collective: joins communicator `id` as `rank` of `ranks` on CUDA device
+ * `device` (its primary context, which the library retains for the
+ * communicator's life and makes current only during the call). Needs
+ * NCCL_NVLS_ENABLE=0 in the environment. Blocks until every rank has joined.
+ * Destroy with pooler_comm_destroy. */
+POOLER_C_API pooler_status pooler_comm_init_rank(pooler_comm_t* comm, int ranks, const pooler_unique_id* id, int rank,
+                                                 int device);
+/* Wraps the engine's communicator (an ncclComm_t) without taking it:
+ * pooler_comm_destroy leaves it alive, and the engine destroys it after. */
+POOLER_C_API pooler_status pooler_comm_adopt(pooler_comm_t* comm, void* nccl_comm);
+/* The ncclComm_t inside (for the engine's own collectives). */
+POOLER_C_API pooler_status pooler_comm_nccl(pooler_comm_t comm, void** nccl_comm);
+/* This rank, the number of ranks and this rank's CUDA device. */
+POOLER_C_API pooler_status pooler_comm_info(pooler_comm_t comm, int* rank, int* ranks, int* device);
+/* Releases the handle (and, for pooler_comm_init_rank's, the communicator).
+ * Refused while a Pooler built on it exists. NULL: does nothing. */
+POOLER_C_API pooler_status pooler_comm_destroy(pooler_comm_t comm);
+
+/* ---- the Pooler ----------------------------------------------------------- */
+
+/* Fills `options` with the C++ API's defaults (no layers, batches {8},
+ * capacity 32, PDL on, 10 s timeout, H 8192, P 4096). */
+POOLER_C_API pooler_status pooler_options_init(pooler_options* options);
+/* Collective: builds this rank's Pooler over `comm` (which must outlive it),
+ * compiling or loading every kernel form. Every rank must pass the same
+ * configuration (pointers aside): a mismatch or bad input on one rank fails
+ * the call on every rank. The current CUDA context must be the primary context
+ * of the communicator's device, or none. */
+POOLER_C_API pooler_status pooler_create(pooler_t* pooler, pooler_comm_t comm, const pooler_options* options);
+/* Collective: waits for the Pooler's work and releases it. NULL: does nothing. */
+POOLER_C_API pooler_status pooler_destroy(pooler_t pooler);
+/* Collective: runs every form once on zero rows, then synchronizes. Before any
+ * CUDA-graph capture. */
+POOLER_C_API pooler_status pooler_warm_up(pooler_t pooler);
+
+/* x BF16 [b, H] at device address `x` (contiguous, 16-byte aligned) -> the
+ * expert input, enqueued on `stream` (NULL: the legacy default stream).
+ * CUDA-graph capturable: allocates, synchronizes and compiles nothing. b must
+ * be one of options.batches. Launches exactly what pooler::Pooler::run
+ * launches (project, publish, gather), and remembers the projected block for
+ * pooler_last_projection. */
+POOLER_C_API pooler_status pooler_run(pooler_t pooler, int layer, uint64_t x, int b, void* stream,
+                                      pooler_expert_input* out);
+/* The steps of pooler_run, for engines that interleave them: this rank's
+ * projected block [b, P / tp] (BF16, into scratch), its publication to every
+ * rank, and the gather into the expert input. */
+POOLER_C_API pooler_status pooler_project(pooler_t pooler, int layer, uint64_t x, int b, void* stream,
+                                          pooler_tensor* block);
+POOLER_C_API pooler_status pooler_publish(pooler_t pooler, int b, void* stream);
+POOLER_C_API pooler_status pooler_gather(pooler_t pooler, int layer, int b, void* stream, pooler_expert_input* out);
+/* This rank's projected block [b, P / tp] of the last pooler_run or
+ * pooler_project (the GEMM's output, for checks against a reference): a view of
+ * scratch that the next call's GEMM overwrites, so read it (or enqueue a copy)
+ * on the same stream before the next call. All zero before the first call. */
+POOLER_C_API pooler_status pooler_last_projection(pooler_t pooler, pooler_tensor* block);
+
+/* POOLER_PEER_TIMEOUT if a consumer has recorded a timeout (reads host memory;
+ * no synchronization). After a timeout every call on this Pooler returns
+ * POOLER_PEER_TIMEOUT: destroy it and build another. */
+POOLER_C_API pooler_status pooler_check(pooler_t pooler);
+/* The details of the timeout this Pooler saw, if any. */
+POOLER_C_API pooler_status pooler_peer_timeout(pooler_t pooler, pooler_peer_timeout_info* info);
+
+/* This rank, the tensor-parallel size and the CUDA device. */
+POOLER_C_API pooler_status pooler_info(pooler_t pooler, int* rank, int* tp, int* device);
+/* The compiled forms, one line each ("gemm ... (sm_90): from disk"), for logs:
+ * their number, and line `index`, valid until pooler_destroy. */
+POOLER_C_API pooler_status pooler_form_count(pooler_t pooler, int* count);
+POOLER_C_API pooler_status pooler_form(pooler_t pooler, int index, const char** line);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* POOLER_POOLER_H */

@@ -1,0 +1,517 @@
+// The C interface of include/pooler/pooler.h over the C++ API: handles own the
+// C++ objects, every exception becomes a status and a per-thread message.
+#include "pooler/pooler.h"
+
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "pooler/error.hpp"
+#include "pooler/pooler.hpp"
+#include "runtime/device.hpp"
+#include "runtime/nccl.hpp"
+
+static_assert(sizeof(pooler_unique_id) == sizeof(ncclUniqueId), "pooler_unique_id must be an ncclUniqueId byte for byte");
+static_assert(sizeof(CUdeviceptr) == sizeof(std::uint64_t), "device addresses travel as uint64_t");
+static_assert(static_cast<int>(pooler::DType::bf16) == POOLER_DTYPE_BF16 &&
+                  static_cast<int>(pooler::DType::f32) == POOLER_DTYPE_F32 &&
+                  static_cast<int>(pooler::DType::u8) == POOLER_DTYPE_U8 &&
+                  static_cast<int>(pooler::DType::e4m3) == POOLER_DTYPE_E4M3,
+              "pooler_dtype mirrors pooler::DType");
+// The layouts that Python's ctypes and other FFIs mirror (tools/pooler_torch.py):
+// a change here is a new POOLER_ABI_VERSION.
+static_assert(sizeof(pooler_layer_desc) == 32 && offsetof(pooler_layer_desc, eps) == 24);
+static_assert(sizeof(pooler_options) == 56 && offsetof(pooler_options, spin_timeout_ns) == 40 &&
+              offsetof(pooler_options, pooled) == 52);
+static_assert(sizeof(pooler_tensor) == 32 && offsetof(pooler_tensor, dtype) == 24);
+static_assert(sizeof(pooler_expert_input) == 104 && offsetof(pooler_expert_input, packed) == 8);
+static_assert(sizeof(pooler_peer_timeout_info) == 32 && offsetof(pooler_peer_timeout_info, elapsed_ns) == 24);
+
+struct pooler_comm_st {
+  // Declared before `owned`: the context outlives the communicator made on it.
+  std::optional<pooler::PrimaryContext> context;
+  std::optional<pooler::NcclComm> owned;
+  ncclComm_t comm = nullptr;
+  int rank = 0;
+  int ranks = 0;
+  int device = 0;
+  // Poolers built on this communicator: it may not go before they do.
+  std::atomic<int> poolers{0};
+};
+
+struct pooler_st {
+  pooler_comm_st* comm = nullptr;
+  std::unique_ptr<pooler::Pooler> pooler;
+  std::vector<std::string> forms;
+  pooler_tensor last_projection{};
+  pooler_peer_timeout_info timeout{};
+};
+
+namespace {
+
+using pooler::InvalidArgument;
+
+thread_local std::string t_last_error;
+
+// Assigning a message can itself run out of memory: then a fixed text stands in.
+const char* g_out_of_memory = "out of host memory while reporting an error";
+thread_local bool t_error_is_oom = false;
+
+void set_error(const char* function, const char* message) noexcept {
+  try {
+    t_last_error = fmt::format("{}: {}", function, message);
+    t_error_is_oom = false;
+  } catch (...) {
+    t_error_is_oom = true;
+  }
+}
+
+void clear_error() noexcept {
+  t_last_error.clear();
+  t_error_is_oom = false;
+}
+
+// Runs `body`, turning every exception into a status and this thread's
+// message. `handle` (may be null) records a PeerTimeout, after which the C++
+// Pooler refuses every call with a plain Error that still means "a peer timed out".
+template <class Body>
+pooler_status guarded(const char* function, pooler_st* handle, Body&& body) noexcept {
+  try {
+    body();
+    clear_error();
+    return POOLER_OK;
+  } catch (const pooler::PeerTimeout& error) {
+    if (handle != nullptr) {
+      handle->timeout = pooler_peer_timeout_info{1, error.rank, error.missing_peer, error.layer, error.stage,
+                                                 error.elapsed_ns};
+    }
+    set_error(function, error.what());
+    return POOLER_PEER_TIMEOUT;
+  } catch (const pooler::InvalidArgument& error) {
+    set_error(function, error.what());
+    return POOLER_INVALID_ARGUMENT;
+  } catch (const pooler::NoDriverError& error) {
+    set_error(function, error.what());
+    return POOLER_NO_DRIVER;
+  } catch (const pooler::CudaError& error) {
+    set_error(function, error.what());
+    return POOLER_CUDA_ERROR;
+  } catch (const pooler::NcclError& error) {
+    set_error(function, error.what());
+    return POOLER_NCCL_ERROR;
+  } catch (const pooler::CompileError& error) {
+    set_error(function, error.what());
+    return POOLER_COMPILE_ERROR;
+  } catch (const pooler::Error& error) {
+    set_error(function, error.what());
+    return handle != nullptr && handle->timeout.occurred != 0 ? POOLER_PEER_TIMEOUT : POOLER_OTHER;
+  } catch (const std::bad_alloc&) {
+    set_error(function, "out of host memory");
+    return POOLER_OTHER;
+  } catch (const std::exception& error) {
+    set_error(function, error.what());
+    return POOLER_OTHER;
+  } catch (...) {
+    set_error(function, "an unknown exception");
+    return POOLER_OTHER;
+  }
+}
+
+template <class T>
+void require(const T* pointer, const char* name, const char* expected) {
+  if (pointer == nullptr) {
+    throw InvalidArgument(fmt::format("{} is NULL; expected {}", name, expected));
+  }
+}
+
+void require_pooler(const pooler_st* handle) {
+  require(handle, "pooler", "a Pooler from pooler_create (not yet destroyed)");
+}
+
+void require_comm(const pooler_comm_st* handle) {
+  require(handle, "comm", "a communicator from pooler_comm_init_rank or pooler_comm_adopt (not yet destroyed)");
+}
+
+void describe_comm(pooler_comm_st& handle) {
+  pooler::check_nccl(ncclCommCount(handle.comm, &handle.ranks), "ncclCommCount", "pooler_comm", handle.comm);
+  pooler::check_nccl(ncclCommUserRank(handle.comm, &handle.rank), "ncclCommUserRank", "pooler_comm", handle.comm);
+  pooler::check_nccl(ncclCommCuDevice(handle.comm, &handle.device), "ncclCommCuDevice", "pooler_comm", handle.comm);
+}
+
+pooler_tensor to_c(const pooler::TensorView& view) {
+  pooler_tensor tensor{};
+  tensor.data = view.data;
+  tensor.rows = view.shape[0];
+  tensor.cols = view.dims == 2 ? view.shape[1] : 1;
+  tensor.dtype = static_cast<std::int32_t>(view.dtype);
+  return tensor;
+}
+
+pooler_expert_input to_c(const pooler::ExpertInput& input) {
+  pooler_expert_input out{};
+  out.nvfp4 = input.nvfp4 ? 1 : 0;
+  if (input.nvfp4) {
+    out.packed = to_c(input.packed);
+    out.scales = to_c(input.scales);
+  } else {
+    out.normed = to_c(input.normed);
+  }
+  return out;
+}
+
+pooler::TensorView x_view(const pooler_st& handle, std::uint64_t x, int b) {
+  return pooler::TensorView::matrix(x, pooler::DType::bf16, b, handle.pooler->options().hidden);
+}
+
+CUstream to_stream(void* stream) {
+  return static_cast<CUstream>(stream);
+}
+
+// Problems that only the C layer sees (a NULL array, a negative count). They
+// must still fail on every rank rather than leave the others waiting in the
+// constructor's configuration vote.
+std::string structural_problems(const pooler_options& options) {
+  if (options.num_layers < 0) {
+    return fmt::format("options->num_layers is {}; expected the number of layers (at least 1)", options.num_layers);
+  }
+  if (options.num_layers > 0 && options.layers == nullptr) {
+    return fmt::format("options->layers is NULL but options->num_layers is {}; expected an array of {} "
+                       "pooler_layer_desc",
+                       options.num_layers, options.num_layers);
+  }
+  if (options.num_batches < 0) {
+    return fmt::format("options->num_batches is {}; expected the number of batch sizes (at least 1)",
+                       options.num_batches);
+  }
+  if (options.num_batches > 0 && options.batches == nullptr) {
+    return fmt::format("options->batches is NULL but options->num_batches is {}; expected an array of {} int",
+                       options.num_batches, options.num_batches);
+  }
+  return {};
+}
+
+pooler::PoolerOptions to_cpp(const pooler_options& c, int tp) {
+  pooler::PoolerOptions options;
+  options.capacity = c.capacity;
+  options.enable_pdl = c.enable_pdl != 0;
+  options.spin_timeout = std::chrono::nanoseconds(c.spin_timeout_ns);
+  options.hidden = c.hidden;
+  options.pooled = c.pooled;
+  options.batches.assign(c.batches, c.batches + c.num_batches);
+  // The weight's expected shape: when P is not divisible by tp the Pooler
+  // rejects P first, so the rounded-down row count is never what it checks.
+  const std::int64_t rows = c.pooled / tp;
+  for (int i = 0; i < c.num_layers; ++i) {
+    const pooler_layer_desc& desc = c.layers[i];
+    pooler::PoolerLayer layer;
+    layer.weight = pooler::TensorView::matrix(desc.weight, pooler::DType::bf16, rows, c.hidden);
+    layer.norm_weight = pooler::TensorView::vector(desc.norm_weight, pooler::DType::bf16, c.pooled);
+    layer.eps = desc.eps;
+    layer.gain_center = desc.gain_center;
+    if (desc.global_scale != 0) {
+      layer.global_scale = pooler::TensorView::scalar(desc.global_scale, pooler::DType::f32);
+    }
+    options.layers.push_back(layer);
+  }
+  return options;
+}
+
+}  // namespace
+
+extern "C" {
+
+int pooler_abi_version(void) {
+  return POOLER_ABI_VERSION;
+}
+
+const char* pooler_version(void) {
+  return POOLER_VERSION;
+}
+
+const char* pooler_status_name(pooler_status status) {
+  switch (status) {
+    case POOLER_OK: return "POOLER_OK";
+    case POOLER_INVALID_ARGUMENT: return "POOLER_INVALID_ARGUMENT";
+    case POOLER_NO_DRIVER: return "POOLER_NO_DRIVER";
+    case POOLER_CUDA_ERROR: return "POOLER_CUDA_ERROR";
+    case POOLER_NCCL_ERROR: return "POOLER_NCCL_ERROR";
+    case POOLER_COMPILE_ERROR: return "POOLER_COMPILE_ERROR";
+    case POOLER_PEER_TIMEOUT: return "POOLER_PEER_TIMEOUT";
+    case POOLER_OTHER: return "POOLER_OTHER";
+  }
+  return "POOLER_UNKNOWN_STATUS";
+}
+
+const char* pooler_last_error(void) {
+  return t_error_is_oom ? g_out_of_memory : t_last_error.c_str();
+}
+
+pooler_status pooler_device_count(int* count) {
+  return guarded("pooler_device_count", nullptr, [&] {
+    require(count, "count", "a pointer to an int");
+    *count = 0;
+    *count = pooler::device_count();
+  });
+}
+
+pooler_status pooler_get_unique_id(pooler_unique_id* id) {
+  return guarded("pooler_get_unique_id", nullptr, [&] {
+    require(id, "id", "a pointer to a pooler_unique_id");
+    const ncclUniqueId made = pooler::NcclComm::unique_id();
+    std::memcpy(id->internal, made.internal, sizeof(id->internal));
+  });
+}
+
+pooler_status pooler_comm_init_rank(pooler_comm_t* comm, int ranks, const pooler_unique_id* id, int rank, int device) {
+  return guarded("pooler_comm_init_rank", nullptr, [&] {
+    require(comm, "comm", "a pointer to a pooler_comm_t to receive the communicator");
+    *comm = nullptr;
+    require(id, "id", "the pooler_unique_id that one rank made with pooler_get_unique_id");
+    if (ranks < 1) {
+      throw InvalidArgument(fmt::format("ranks is {}; expected at least 1", ranks));
+    }
+    if (rank < 0 || rank >= ranks) {
+      throw InvalidArgument(fmt::format("rank is {}; expected 0 <= rank < {} (ranks)", rank, ranks));
+    }
+    if (device < 0) {
+      throw InvalidArgument(fmt::format("device is {}; expected a CUDA device ordinal (0 or more)", device));
+    }
+    // Before the driver: a missing NCCL_NVLS_ENABLE=0 is the same error with or without a GPU.
+    pooler::require_nvls_disabled();
+    if (const int devices = pooler::device_count(); device >= devices) {
+      throw InvalidArgument(fmt::format("device is {}; this process sees {} CUDA device(s)", device, devices));
+    }
+    auto handle = std::make_unique<pooler_comm_st>();
+    handle->context.emplace(device);
+    pooler::ContextScope scope(handle->context->get());
+    ncclUniqueId nccl_id;
+    std::memcpy(nccl_id.internal, id->internal, sizeof(nccl_id.internal));
+    handle->owned.emplace(ranks, nccl_id, rank);
+    handle->comm = handle->owned->get();
+    describe_comm(*handle);
+    *comm = handle.release();
+  });
+}
+
+pooler_status pooler_comm_adopt(pooler_comm_t* comm, void* nccl_comm) {
+  return guarded("pooler_comm_adopt", nullptr, [&] {
+    require(comm, "comm", "a pointer to a pooler_comm_t to receive the handle");
+    *comm = nullptr;
+    require(static_cast<const char*>(nccl_comm), "nccl_comm", "the engine's ncclComm_t");
+    auto handle = std::make_unique<pooler_comm_st>();
+    handle->comm = static_cast<ncclComm_t>(nccl_comm);
+    describe_comm(*handle);
+    *comm = handle.release();
+  });
+}
+
+pooler_status pooler_comm_nccl(pooler_comm_t comm, void** nccl_comm) {
+  return guarded("pooler_comm_nccl", nullptr, [&] {
+    require_comm(comm);
+    require(nccl_comm, "nccl_comm", "a pointer to a void* to receive the ncclComm_t");
+    *nccl_comm = comm->comm;
+  });
+}
+
+pooler_status pooler_comm_info(pooler_comm_t comm, int* rank, int* ranks, int* device) {
+  return guarded("pooler_comm_info", nullptr, [&] {
+    require_comm(comm);
+    require(rank, "rank", "a pointer to an int");
+    require(ranks, "ranks", "a pointer to an int");
+    require(device, "device", "a pointer to an int");
+    *rank = comm->rank;
+    *ranks = comm->ranks;
+    *device = comm->device;
+  });
+}
+
+pooler_status pooler_comm_destroy(pooler_comm_t comm) {
+  return guarded("pooler_comm_destroy", nullptr, [&] {
+    if (comm == nullptr) {
+      return;
+    }
+    if (const int alive = comm->poolers.load(); alive != 0) {
+      throw InvalidArgument(fmt::format("comm (rank {} of {}) still has {} Pooler(s) built on it; destroy them first "
+                                        "(pooler_destroy)",
+                                        comm->rank, comm->ranks, alive));
+    }
+    delete comm;
+  });
+}
+
+pooler_status pooler_options_init(pooler_options* options) {
+  return guarded("pooler_options_init", nullptr, [&] {
+    require(options, "options", "a pointer to a pooler_options to fill");
+    static const int default_batches[] = {8};
+    const pooler::PoolerOptions defaults;
+    *options = pooler_options{};
+    options->layers = nullptr;
+    options->num_layers = 0;
+    options->batches = default_batches;
+    options->num_batches = 1;
+    options->capacity = defaults.capacity;
+    options->enable_pdl = defaults.enable_pdl ? 1 : 0;
+    options->spin_timeout_ns = static_cast<std::int64_t>(defaults.spin_timeout.count());
+    options->hidden = defaults.hidden;
+    options->pooled = defaults.pooled;
+  });
+}
+
+pooler_status pooler_create(pooler_t* pooler, pooler_comm_t comm, const pooler_options* options) {
+  return guarded("pooler_create", nullptr, [&] {
+    require(pooler, "pooler", "a pointer to a pooler_t to receive the Pooler");
+    *pooler = nullptr;
+    require_comm(comm);
+    require(options, "options", "a pooler_options (start from pooler_options_init)");
+    const std::string problem = structural_problems(*options);
+    pooler::PoolerOptions cpp;
+    if (problem.empty()) {
+      cpp = to_cpp(*options, comm->ranks);
+    }
+    // else: no layers, which the Pooler rejects on this rank after voting, so
+    // that the other ranks fail too; this rank then reports the real problem.
+    auto handle = std::make_unique<pooler_st>();
+    handle->comm = comm;
+    try {
+      handle->pooler = std::make_unique<pooler::Pooler>(comm->comm, std::move(cpp));
+    } catch (const InvalidArgument&) {
+      if (!problem.empty()) {
+        throw InvalidArgument(problem);
+      }
+      throw;
+    }
+    handle->forms = handle->pooler->forms();
+    comm->poolers.fetch_add(1);
+    *pooler = handle.release();
+  });
+}
+
+pooler_status pooler_destroy(pooler_t pooler) {
+  return guarded("pooler_destroy", nullptr, [&] {
+    if (pooler == nullptr) {
+      return;
+    }
+    std::unique_ptr<pooler_st> handle(pooler);
+    handle->pooler.reset();  // collective; waits for the Pooler's work
+    handle->comm->poolers.fetch_sub(1);
+  });
+}
+
+pooler_status pooler_warm_up(pooler_t pooler) {
+  return guarded("pooler_warm_up", pooler, [&] {
+    require_pooler(pooler);
+    pooler->pooler->warm_up();
+  });
+}
+
+pooler_status pooler_run(pooler_t pooler, int layer, std::uint64_t x, int b, void* stream, pooler_expert_input* out) {
+  return guarded("pooler_run", pooler, [&] {
+    require_pooler(pooler);
+    require(out, "out", "a pointer to a pooler_expert_input to receive the outputs");
+    *out = pooler_expert_input{};
+    // Pooler::run is exactly these three calls; through them the C layer
+    // learns where the projected block is, for pooler_last_projection.
+    const CUstream s = to_stream(stream);
+    const pooler::TensorView block = pooler->pooler->project(layer, x_view(*pooler, x, b), s);
+    pooler->last_projection = to_c(block);
+    pooler->pooler->publish(b, s);
+    *out = to_c(pooler->pooler->gather(layer, b, s));
+  });
+}
+
+pooler_status pooler_project(pooler_t pooler, int layer, std::uint64_t x, int b, void* stream, pooler_tensor* block) {
+  return guarded("pooler_project", pooler, [&] {
+    require_pooler(pooler);
+    require(block, "block", "a pointer to a pooler_tensor to receive the projected block");
+    *block = pooler_tensor{};
+    const pooler::TensorView view = pooler->pooler->project(layer, x_view(*pooler, x, b), to_stream(stream));
+    pooler->last_projection = to_c(view);
+    *block = pooler->last_projection;
+  });
+}
+
+pooler_status pooler_publish(pooler_t pooler, int b, void* stream) {
+  return guarded("pooler_publish", pooler, [&] {
+    require_pooler(pooler);
+    pooler->pooler->publish(b, to_stream(stream));
+  });
+}
+
+pooler_status pooler_gather(pooler_t pooler, int layer, int b, void* stream, pooler_expert_input* out) {
+  return guarded("pooler_gather", pooler, [&] {
+    require_pooler(pooler);
+    require(out, "out", "a pointer to a pooler_expert_input to receive the outputs");
+    *out = pooler_expert_input{};
+    *out = to_c(pooler->pooler->gather(layer, b, to_stream(stream)));
+  });
+}
+
+pooler_status pooler_last_projection(pooler_t pooler, pooler_tensor* block) {
+  return guarded("pooler_last_projection", pooler, [&] {
+    require_pooler(pooler);
+    require(block, "block", "a pointer to a pooler_tensor to receive the projected block");
+    *block = pooler->last_projection;
+  });
+}
+
+pooler_status pooler_check(pooler_t pooler) {
+  return guarded("pooler_check", pooler, [&] {
+    require_pooler(pooler);
+    pooler->pooler->check();
+  });
+}
+
+pooler_status pooler_peer_timeout(pooler_t pooler, pooler_peer_timeout_info* info) {
+  return guarded("pooler_peer_timeout", pooler, [&] {
+    require_pooler(pooler);
+    require(info, "info", "a pointer to a pooler_peer_timeout_info to fill");
+    *info = pooler->timeout;
+  });
+}
+
+pooler_status pooler_info(pooler_t pooler, int* rank, int* tp, int* device) {
+  return guarded("pooler_info", pooler, [&] {
+    require_pooler(pooler);
+    require(rank, "rank", "a pointer to an int");
+    require(tp, "tp", "a pointer to an int");
+    require(device, "device", "a pointer to an int");
+    *rank = pooler->pooler->rank();
+    *tp = pooler->pooler->tp();
+    *device = pooler->pooler->device();
+  });
+}
+
+pooler_status pooler_form_count(pooler_t pooler, int* count) {
+  return guarded("pooler_form_count", pooler, [&] {
+    require_pooler(pooler);
+    require(count, "count", "a pointer to an int");
+    *count = static_cast<int>(pooler->forms.size());
+  });
+}
+
+pooler_status pooler_form(pooler_t pooler, int index, const char** line) {
+  return guarded("pooler_form", pooler, [&] {
+    require_pooler(pooler);
+    require(line, "line", "a pointer to a const char* to receive the line");
+    *line = nullptr;
+    if (index < 0 || static_cast<std::size_t>(index) >= pooler->forms.size()) {
+      throw InvalidArgument(fmt::format("index is {}; expected 0 <= index < {} (pooler_form_count)", index,
+                                        pooler->forms.size()));
+    }
+    *line = pooler->forms[static_cast<std::size_t>(index)].c_str();
+  });
+}
+
+}  // extern "C"
