@@ -11,6 +11,14 @@
 //   K_UNROLL     32-wide K steps each warp keeps in flight per tile row
 //   MIN_CTAS     CTAs per SM promised to __launch_bounds__ (1 or 2)
 //   SMEM_BYTES   dynamic shared memory the host launches with (checked below)
+//   PUBLISH      1: the fused publish of the pooler gather (below); 0: the plain GEMM
+//   TP, CAPACITY the mailbox's ranks and rows per slot (PUBLISH = 1; 0 otherwise);
+//                the mailbox's shard width W is N
+//
+// Entry points: pooler_gemm(x, w, c) when PUBLISH = 0, and
+// pooler_gemm_publish(x, w, c, peers, state, rank) when PUBLISH = 1. Both are
+// in every form because C++ cannot make one function's parameter list depend
+// on a constant; the one the constants do not select has an empty body.
 //
 // Why it is shaped this way. The GEMM is a stream over w (N*K*2 bytes read
 // once); x (ROWS*K*2 bytes) sits in L2. What decides the speed is how many
@@ -38,8 +46,23 @@
 // - x is staged once per CTA (only its K slice, only ROWS rows) in shared
 //   memory with cp.async.cg (L2 only: x was just written by the previous
 //   kernel), after pdl_wait; the WARPS_N warps of the CTA share it.
+//
+// The fused publish (PUBLISH = 1) saves the publish kernel of the pooler gather
+// (publish.cu, mailbox.cuh) and its kernel boundary: the epilogue that writes c
+// also stores the same values, every -0.0 made +0.0, into slot [stage][rank] of
+// every peer's mailbox, one 16-byte st.relaxed.sys per peer per 8 columns, so
+// the mailbox ends up holding what publish.cu would have stored from c. For
+// that each finished 8-column piece of a row must sit in one thread: the
+// cluster's columns are handed out in multiples of 8 (when the plain split
+// gives a CTA fewer, as at N = 512, only some CTAs of the cluster finish
+// columns), each thread still sums one output exactly as the plain GEMM does
+// (so c is the same bits), and lane 8j of each warp gathers lanes 8j..8j+7's
+// results with shuffles and stores them. The stage is read after pdl_wait,
+// like every kernel of a call reads it; the stores complete before the grid
+// does, which is what the consumer's pdl_wait waits for.
 #include "numerics.cuh"
 #include "pdl.cuh"
+#include "mailbox.cuh"
 
 namespace gemm_detail {
 
@@ -55,7 +78,18 @@ constexpr int kWarpK = kSliceK / WARPS_K;               // K values per warp
 constexpr int kSteps = kWarpK / 32;                     // 32-wide K steps per warp
 constexpr int kIterations = kSteps / K_UNROLL;
 constexpr int kPartials = SPLIT_K * WARPS_K;            // partial sums per output
-constexpr int kOwned = kColumnsPerCta / SPLIT_K;        // columns each cluster rank finishes
+
+// The cluster ranks that finish columns: all SPLIT_K, except that the fused
+// publish needs whole 8-column pieces per rank and so takes the most ranks
+// that split the CTA's columns into multiples of 8.
+constexpr int owner_count() {
+  if (!PUBLISH) return SPLIT_K;
+  int owners = SPLIT_K;
+  while ((kColumnsPerCta / 8) % owners != 0) --owners;
+  return owners;
+}
+constexpr int kOwners = owner_count();
+constexpr int kOwned = kColumnsPerCta / kOwners;        // columns each finishing cluster rank owns
 // Row pitch of the reduction buffer in floats. With a pitch of 4 (mod 8), the
 // four lanes q of a fragment store (rows 2q, pitch 2q*pitch) land 8 banks apart
 // and the 8 lanes g in consecutive banks: the epilogue's stores are
@@ -81,9 +115,15 @@ static_assert(kThreads <= 1024, "at most 1024 threads per CTA");
 static_assert(N % kColumnsPerCta == 0, "N must be a multiple of 16 * TILES * WARPS_N");
 static_assert(K % (SPLIT_K * WARPS_K * 32 * K_UNROLL) == 0,
               "K must be a multiple of SPLIT_K * WARPS_K * 32 * K_UNROLL");
-static_assert(kColumnsPerCta % SPLIT_K == 0, "each cluster rank finishes the same number of columns");
+static_assert(kColumnsPerCta % kOwners == 0, "each finishing cluster rank owns the same number of columns");
 static_assert(kXPitch % 128 == 64, "x pitch must be 64 (mod 128) bytes");
 static_assert(SMEM_BYTES == kReduceOffset + kReduceBytes, "host and template disagree on the shared memory size");
+static_assert(PUBLISH == 0 || PUBLISH == 1, "PUBLISH must be 0 or 1");
+static_assert(!PUBLISH || (TP >= 1 && TP <= pooler::kMailboxMaxPeers), "TP must lie in [1, kMailboxMaxPeers]");
+static_assert(!PUBLISH || (CAPACITY >= ROWS), "a mailbox slot must hold ROWS rows");
+// Lane 8j gathers 8 consecutive outputs of one row: whole 8-column pieces per
+// finishing rank, and every round of the final loop covers whole warps.
+static_assert(!PUBLISH || kOwned % 8 == 0, "the fused publish stores 8 columns at a time");
 
 struct __align__(16) U32x4 {
   u32 x, y, z, w;
@@ -136,16 +176,27 @@ __device__ __forceinline__ void store_cluster(u32 address, float value) {
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(address), "f"(value) : "memory");
 }
 
-}  // namespace gemm_detail
-
-extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gemm_detail::kThreads, MIN_CTAS)
-    pooler_gemm(const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
-                unsigned short* __restrict__ c) {
-  using namespace gemm_detail;
+// The whole kernel; kPublish adds the fused publish (peers, state and rank are
+// unused without it). One body for both entry points, so that the plain GEMM
+// and the GEMM of the fused publish cannot drift apart.
+//
+// thread_x is threadIdx.x, read by the entry point. The plain GEMM's code is
+// kept what it was when the body was the kernel itself (checked byte for byte
+// on sm_90 and sm_100a with NVRTC 13.0): for sm_100 and later NVVM bounds a
+// kernel's own %tid.x reads by __launch_bounds__, which it does not carry into
+// an inlined function, so the body states that bound itself there; for sm_90
+// it bounds neither, and stating it would change sm_90's code.
+template <bool kPublish>
+__device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __restrict__ w, u16* __restrict__ c,
+                                     const unsigned thread_x, pooler::MailboxPeers peers,
+                                     const pooler::MailboxStateBlock* state, int rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
+  __builtin_assume(thread_x < kThreads);
+#endif
   extern __shared__ __align__(16) unsigned char smem[];
 
-  const int lane = static_cast<int>(threadIdx.x) & 31;
-  const int warp = static_cast<int>(threadIdx.x) >> 5;
+  const int lane = static_cast<int>(thread_x) & 31;
+  const int warp = static_cast<int>(thread_x) >> 5;
   const int g = lane >> 2;  // MMA group: w rows g and g+8 of a tile, batch row g of a batch tile
   const int q = lane & 3;   // K slots of the group
   const int warp_n = warp % WARPS_N;
@@ -186,7 +237,7 @@ extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gem
   {
     constexpr int kChunksPerRow = kSliceK / 8;
     const u16* x_slice = x + split * kSliceK;
-    for (int i = static_cast<int>(threadIdx.x); i < ROWS * kChunksPerRow; i += kThreads) {
+    for (int i = static_cast<int>(thread_x); i < ROWS * kChunksPerRow; i += kThreads) {
       const int r = i / kChunksPerRow;
       const int chunk = i % kChunksPerRow;
       const u32 destination = shared_address(smem + r * kXPitch + 16 * chunk);
@@ -258,6 +309,12 @@ extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gem
   // start its own prologue.
   pdl_launch_dependents();
 
+  // The fused publish's stage: the previous call's last consumer CTA advanced
+  // it before that kernel completed, which pdl_wait (above) waited for. Loaded
+  // here so that its latency hides behind the reduction.
+  u32 stage = 0;
+  if constexpr (kPublish) stage = pooler::ld_relaxed_gpu_u32(&state->stage);
+
   // Epilogue. Partial p = split * WARPS_K + warp_k of CTA-local column col,
   // batch row r, goes to rank col / kOwned at
   // reduce[(p * 8 * kBatchTiles + r) * kOwnedPitch + col % kOwned].
@@ -300,13 +357,74 @@ extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gem
 
   // This rank's kOwned columns, every batch row: the partials in a fixed order.
   const int first_column = block * kColumnsPerCta + split * kOwned;
-  for (int o = static_cast<int>(threadIdx.x); o < ROWS * kOwned; o += kThreads) {
-    const int r = o / kOwned;
-    const int owned = o % kOwned;
-    const float* slot = reduce + r * kOwnedPitch + owned;
-    float sum = slot[0];
+  if constexpr (!kPublish) {
+    for (int o = static_cast<int>(thread_x); o < ROWS * kOwned; o += kThreads) {
+      const int r = o / kOwned;
+      const int owned = o % kOwned;
+      const float* slot = reduce + r * kOwnedPitch + owned;
+      float sum = slot[0];
 #pragma unroll 8
-    for (int p = 1; p < kPartials; ++p) sum += slot[p * 8 * kBatchTiles * kOwnedPitch];
-    c[static_cast<unsigned long long>(r) * N + first_column + owned] = pooler::bf16_from_float_hw(sum);
+      for (int p = 1; p < kPartials; ++p) sum += slot[p * 8 * kBatchTiles * kOwnedPitch];
+      c[static_cast<unsigned long long>(r) * N + first_column + owned] = pooler::bf16_from_float_hw(sum);
+    }
+  } else {
+    if (split >= kOwners) return;  // this rank finishes no columns (uniform over the CTA)
+    // Every thread sums one output as above (the same bits), in rounds that
+    // cover whole warps so that every lane reaches the shuffles. Outputs o and
+    // o + 1..7 with o % 8 == 0 are columns owned..owned + 7 of one row (kOwned
+    // and kThreads are multiples of 8), held by lanes 8j..8j+7 of one warp.
+    constexpr int kOutputs = ROWS * kOwned;
+    constexpr int kRounds = (kOutputs + kThreads - 1) / kThreads;
+    constexpr u32 kAllLanes = 0xFFFFFFFFu;
+    for (int round = 0; round < kRounds; ++round) {
+      const int o = round * kThreads + static_cast<int>(thread_x);
+      const bool active = o < kOutputs;  // the same for all 8 lanes of a piece
+      const int r = o / kOwned;
+      const int owned = o % kOwned;
+      u32 value = 0u;
+      if (active) {
+        const float* slot = reduce + r * kOwnedPitch + owned;
+        float sum = slot[0];
+#pragma unroll 8
+        for (int p = 1; p < kPartials; ++p) sum += slot[p * 8 * kBatchTiles * kOwnedPitch];
+        value = pooler::bf16_from_float_hw(sum);
+      }
+      // Word k of the vector is columns 2k (low half) and 2k + 1 (high half),
+      // the order of memory.
+      const u32 pair = value | (__shfl_down_sync(kAllLanes, value, 1) << 16);
+      const u32 pair1 = __shfl_down_sync(kAllLanes, pair, 2);
+      const u32 pair2 = __shfl_down_sync(kAllLanes, pair, 4);
+      const u32 pair3 = __shfl_down_sync(kAllLanes, pair, 6);
+      if (active && (lane & 7) == 0) {
+        u32 v[4] = {pair, pair1, pair2, pair3};
+        pooler::st_global_v4(c + static_cast<unsigned long long>(r) * N + first_column + owned, v);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) v[k] = pooler::without_negative_zero(v[k]);
+        const unsigned long long offset =
+            pooler::mailbox_row_offset<TP, CAPACITY, N>(stage, static_cast<u32>(rank), static_cast<u32>(r)) +
+            static_cast<unsigned long long>(first_column + owned);
+#pragma unroll
+        for (int peer = 0; peer < TP; ++peer) {
+          pooler::st_relaxed_sys_v4(reinterpret_cast<u16*>(peers.base[peer]) + offset, v);
+        }
+      }
+    }
   }
+}
+
+}  // namespace gemm_detail
+
+extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gemm_detail::kThreads, MIN_CTAS)
+    pooler_gemm(const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
+                unsigned short* __restrict__ c) {
+  if constexpr (!PUBLISH) gemm_detail::gemm<false>(x, w, c, threadIdx.x, pooler::MailboxPeers{}, nullptr, 0);
+}
+
+// peers.base[p]: rank p's mailbox as this GPU addresses it (16-byte aligned);
+// state: this rank's MailboxStateBlock; rank: this rank, in [0, TP).
+extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gemm_detail::kThreads, MIN_CTAS)
+    pooler_gemm_publish(const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
+                        unsigned short* __restrict__ c, pooler::MailboxPeers peers,
+                        const pooler::MailboxStateBlock* __restrict__ state, int rank) {
+  if constexpr (PUBLISH) gemm_detail::gemm<true>(x, w, c, threadIdx.x, peers, state, rank);
 }

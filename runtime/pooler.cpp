@@ -167,6 +167,8 @@ struct Pooler::Impl {
   DeviceBuffer shard, packed, scales, rows, normed;
   std::vector<std::unique_ptr<LoadedForm>> loaded;
   std::vector<std::unique_ptr<PoolerGemm>> gemm_by_rows;  // index b; null where b is not compiled
+  std::vector<std::unique_ptr<PoolerGemm>> fused_by_rows;  // the publishing GEMMs, when options.fuse_publish
+  MailboxPeers peers{};
   std::optional<PublishLauncher> publisher;
   std::map<NormKey, Nvfp4ConsumerLauncher> nvfp4_consumers;
   std::map<NormKey, Bf16ConsumerLauncher> bf16_consumers;
@@ -242,6 +244,7 @@ std::string Pooler::Impl::configuration_text() const {
                                  o.capacity, o.enable_pdl, o.spin_timeout.count());
   for (int b : batches) text += fmt::format("{},", b);
   if (o.gemm_shape) text += " gemm=" + describe(*o.gemm_shape);
+  text += fmt::format(" fuse_publish={}", o.fuse_publish);
   text += fmt::format(" layers={}:", o.layers.size());
   for (const PoolerLayer& layer : o.layers) {
     text += fmt::format("{}/{:08x}/{:08x};", layer.nvfp4() ? "nvfp4" : "bf16", bits(layer.eps), bits(layer.gain_center));
@@ -332,6 +335,7 @@ void Pooler::Impl::compile() {
   config.capacity = o.capacity;
   config.batches = o.batches;
   config.gemm_shape = o.gemm_shape;
+  config.fuse_publish = o.fuse_publish;
   for (const PoolerLayer& layer : o.layers) {
     (layer.nvfp4() ? config.nvfp4_norms : config.edge_norms).push_back(NormConstants{layer.eps, layer.gain_center});
   }
@@ -357,7 +361,17 @@ void Pooler::Impl::load() {
     loaded.push_back(std::make_unique<LoadedForm>(*lookups[index].entry, ctx));
     return *loaded.back();
   };
-  publisher.emplace(load(plan.publish), layout, rank, make_peers(mailbox->peers()), state->state());
+  peers = make_peers(mailbox->peers());
+  if (o.fuse_publish) {
+    const GemmPublish publish{tp, o.capacity};
+    fused_by_rows.resize(static_cast<std::size_t>(o.capacity) + 1);
+    for (std::size_t i = 0; i < plan.batches.size(); ++i) {
+      fused_by_rows[static_cast<std::size_t>(plan.batches[i])] =
+          std::make_unique<PoolerGemm>(*lookups[plan.first_fused_gemm + i].entry, ctx, plan.batches[i], layout.width(),
+                                       o.hidden, plan.gemm_shapes[i], &publish);
+    }
+  }
+  publisher.emplace(load(plan.publish), layout, rank, peers, state->state());
   for (std::size_t i = 0; i < plan.nvfp4_norms.size(); ++i) {
     nvfp4_consumers.emplace(norm_key(plan.nvfp4_norms[i]),
                             Nvfp4ConsumerLauncher(load(plan.first_nvfp4 + i), layout, rank, binding, timeout_ns));
@@ -545,8 +559,14 @@ ExpertInput Pooler::run(int layer, const TensorView& x, CUstream stream) {
   const int b = s.rows_of(x, "run");
   const PoolerGemm& gemm = s.gemm_for(b, "run", stream);
   ensure_current(s.context->get());
-  gemm.launch(stream, x.data, spec.weight.data, s.shard.get(), s.options.enable_pdl);
-  s.publisher->launch(stream, s.shard.get(), b, s.options.enable_pdl);
+  if (s.options.fuse_publish) {
+    // One kernel boundary less: the GEMM's epilogue stores into every mailbox.
+    s.fused_by_rows[static_cast<std::size_t>(b)]->launch_publish(stream, x.data, spec.weight.data, s.shard.get(), s.peers,
+                                                                 s.state->state(), s.rank, s.options.enable_pdl);
+  } else {
+    gemm.launch(stream, x.data, spec.weight.data, s.shard.get(), s.options.enable_pdl);
+    s.publisher->launch(stream, s.shard.get(), b, s.options.enable_pdl);
+  }
   return gather(layer, b, stream);
 }
 

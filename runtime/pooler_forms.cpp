@@ -28,6 +28,13 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
     out.gemm_shapes.push_back(config.gemm_shape.value_or(choose_gemm_shape(width, config.hidden, b)));
     out.forms.push_back(pooler_gemm_form(b, width, config.hidden, out.gemm_shapes.back()));
   }
+  out.first_fused_gemm = out.forms.size();
+  if (config.fuse_publish) {
+    const GemmPublish publish{config.tp, config.capacity};
+    for (std::size_t i = 0; i < out.batches.size(); ++i) {
+      out.forms.push_back(pooler_gemm_form(out.batches[i], width, config.hidden, out.gemm_shapes[i], &publish));
+    }
+  }
   out.publish = out.forms.size();
   out.forms.push_back(publish_form(config.pooled, config.tp, config.capacity));
   out.nvfp4_norms = distinct(config.nvfp4_norms);

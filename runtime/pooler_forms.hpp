@@ -34,10 +34,11 @@ struct PoolerConfig {
   std::vector<NormConstants> edge_norms;   // one BF16 consumer form each
   std::optional<PoolerGemmShape> gemm_shape;
   bool stock = false;  // also the stock norm (per norm) and quantize forms, for tests and benchmarks
+  bool fuse_publish = false;  // also a publishing GEMM per batch (run() without a publish kernel)
 };
 
 // The forms, in this order: a GEMM per batch (ascending, duplicates dropped),
-// the publish, the NVFP4 consumers, the BF16 consumers (each in the order
+// when `fuse_publish` a publishing GEMM per batch, the publish, the NVFP4 consumers, the BF16 consumers (each in the order
 // given, duplicates dropped), then, when `stock`, a stock norm per distinct norm
 // and the stock quantize.
 struct PoolerForms {
@@ -46,6 +47,7 @@ struct PoolerForms {
   std::vector<PoolerGemmShape> gemm_shapes;  // its shape
   std::vector<NormConstants> nvfp4_norms;    // distinct
   std::vector<NormConstants> edge_norms;     // distinct
+  std::size_t first_fused_gemm = 0;  // when fuse_publish: the publishing GEMM of batches[i] is forms[first_fused_gemm + i]
   std::size_t publish = 0, first_nvfp4 = 0, first_edge = 0, first_stock_norm = 0, stock_quantize = 0;
 };
 

@@ -16,25 +16,36 @@ int floor_power_of_two(int v) {
   return p;
 }
 
+// The cluster ranks that finish columns, as the template's owner_count(): all
+// split_k of them, except that the fused publish hands out whole 8-column
+// pieces and takes the most ranks that divide the CTA's pieces evenly.
+int owner_count(const PoolerGemmShape& s, bool publish) {
+  if (!publish || s.split_k < 1) return s.split_k;
+  const int pieces = s.outputs_per_block / 8;
+  int owners = s.split_k;
+  while (owners > 1 && pieces % owners != 0) --owners;
+  return owners;
+}
+
 // The derived quantities of a validated shape, shared by the shared-memory
 // size and the launch shape.
 struct Derived {
   int batch_tiles, slice_k, partials, owned, owned_pitch, x_pitch;
 };
 
-Derived derive(int rows, int k, const PoolerGemmShape& s) {
+Derived derive(int rows, int k, const PoolerGemmShape& s, bool publish) {
   Derived d{};
   d.batch_tiles = (rows + 7) / 8;
   d.slice_k = k / s.split_k;
   d.partials = s.split_k * s.warps_k;
-  d.owned = s.outputs_per_block / s.split_k;
+  d.owned = s.outputs_per_block / owner_count(s, publish);
   d.owned_pitch = d.owned % 8 == 0 ? d.owned + 4 : d.owned;  // as the template: conflict-free epilogue
   d.x_pitch = (2 * d.slice_k) % 128 == 0 ? 2 * d.slice_k + 64 : 2 * d.slice_k;
   return d;
 }
 
-long long shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s) {
-  const Derived d = derive(rows, k, s);
+long long shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s, bool publish = false) {
+  const Derived d = derive(rows, k, s, publish);
   const long long x_bytes = static_cast<long long>(rows) * d.x_pitch;
   const long long reduce_offset = (x_bytes + 15) / 16 * 16;
   const long long reduce_bytes = static_cast<long long>(d.partials) * 8 * d.batch_tiles * d.owned_pitch * 4;
@@ -53,9 +64,13 @@ std::string describe(const PoolerGemmShape& s) {
                      s.ctas_per_sm);
 }
 
-void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s) {
+void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish* publish) {
   auto fail = [&](const std::string& what) {
-    throw InvalidArgument(fmt::format("pooler GEMM (rows {}, N {}, K {}, {}): {}", rows, n, k, describe(s), what));
+    throw InvalidArgument(fmt::format("pooler GEMM (rows {}, N {}, K {}, {}{}): {}", rows, n, k, describe(s),
+                                      publish ? fmt::format(", publish tp {} capacity {}", publish->tp,
+                                                            publish->capacity)
+                                              : std::string(),
+                                      what));
   };
   if (rows < 1 || rows > kMaxGemmRows) {
     fail(fmt::format("rows = {} must lie in [1, {}] (one compiled form per batch size)", rows, kMaxGemmRows));
@@ -97,7 +112,23 @@ void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s) {
     fail(fmt::format("K = {} must be a multiple of split_k * warps_k * 32 * k_unroll = {}", k, k_unit));
   }
   if (static_cast<long long>(n) * k > (1LL << 40)) fail("N * K is implausibly large");
-  const long long bytes = shared_bytes_unchecked(rows, k, s);
+  if (publish) {
+    const GemmPublish& p = *publish;
+    if (p.tp != 1 && p.tp != 2 && p.tp != 4 && p.tp != 8) {
+      fail(fmt::format("publish tp = {} must be 1, 2, 4 or 8", p.tp));
+    }
+    if (p.capacity < rows || p.capacity > kMaxMailboxCapacity) {
+      fail(fmt::format("publish capacity = {} must lie in [rows = {}, {}] (a mailbox slot holds every row)", p.capacity,
+                       rows, kMaxMailboxCapacity));
+    }
+    const long long pooled = static_cast<long long>(n) * p.tp;
+    if (pooled < 512 || pooled > 16384 || pooled % 512 != 0) {
+      fail(fmt::format("publish: N = {} times tp = {} is P = {}; the mailbox needs P a multiple of 512 in [512, "
+                       "16384]",
+                       n, p.tp, pooled));
+    }
+  }
+  const long long bytes = shared_bytes_unchecked(rows, k, s, publish != nullptr);
   if (bytes > kMaxGemmSharedBytes) {
     fail(fmt::format("needs {} bytes of shared memory per CTA (x slice of {} rows x {} K values, and the reduction), "
                      "more than the {} a CTA may have: raise split_k",
@@ -193,22 +224,30 @@ PoolerGemmShape choose_gemm_shape(int n, int k, int rows) {
   return s;
 }
 
-int pooler_gemm_shared_bytes(int rows, int n, int k, const PoolerGemmShape& shape) {
-  validate_gemm_shape(rows, n, k, shape);
-  return static_cast<int>(shared_bytes_unchecked(rows, k, shape));
+int pooler_gemm_shared_bytes(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish) {
+  validate_gemm_shape(rows, n, k, shape, publish);
+  return static_cast<int>(shared_bytes_unchecked(rows, k, shape, publish != nullptr));
 }
 
-LaunchShape pooler_gemm_launch_shape(int rows, int n, int k, const PoolerGemmShape& shape) {
+LaunchShape pooler_gemm_launch_shape(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish) {
   LaunchShape launch;
-  launch.shared_bytes = static_cast<unsigned>(pooler_gemm_shared_bytes(rows, n, k, shape));
+  launch.shared_bytes = static_cast<unsigned>(pooler_gemm_shared_bytes(rows, n, k, shape, publish));
   launch.grid_x = static_cast<unsigned>(n / shape.outputs_per_block * shape.split_k);
   launch.block_x = static_cast<unsigned>(shape.block_size);
   return launch;
 }
 
-Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape) {
-  const int bytes = pooler_gemm_shared_bytes(rows, n, k, shape);  // validates
-  return Form(fmt::format("pooler_gemm_b{}_n{}_k{}", rows, n, k), "pooler_gemm.cu", {kPoolerGemmEntry})
+Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish) {
+  const int bytes = pooler_gemm_shared_bytes(rows, n, k, shape, publish);  // validates
+  const std::string name =
+      fmt::format("pooler_gemm_b{}_n{}_k{}", rows, n, k) +
+      (publish ? fmt::format("_pub_tp{}_cap{}", publish->tp, publish->capacity) : std::string());
+  // Forms without publish set TP and CAPACITY to 0 too: the template names
+  // them in code that only PUBLISH = 1 compiles, and C++ wants them declared.
+  return Form(name, "pooler_gemm.cu", {publish ? kPoolerGemmPublishEntry : kPoolerGemmEntry})
+      .set("PUBLISH", publish ? 1 : 0)
+      .set("TP", publish ? publish->tp : 0)
+      .set("CAPACITY", publish ? publish->capacity : 0)
       .set("ROWS", rows)
       .set("N", n)
       .set("K", k)
@@ -223,12 +262,16 @@ Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape) {
 
 namespace {
 
-const CacheEntry& checked_entry(const CacheEntry& entry, int rows, int n, int k, const PoolerGemmShape& shape) {
-  const Form expected = pooler_gemm_form(rows, n, k, shape);
+const CacheEntry& checked_entry(const CacheEntry& entry, int rows, int n, int k, const PoolerGemmShape& shape,
+                                const GemmPublish* publish) {
+  const Form expected = pooler_gemm_form(rows, n, k, shape, publish);
   if (entry.template_file != expected.template_file() || entry.constants != expected.describe_constants()) {
     throw InvalidArgument(fmt::format("pooler GEMM: cache entry {} ({}: {}) is not the form for rows {}, N {}, K {}, "
-                                      "{} ({})",
+                                      "{}{} ({})",
                                       entry.form, entry.template_file, entry.constants, rows, n, k, describe(shape),
+                                      publish ? fmt::format(", publish tp {} capacity {}", publish->tp,
+                                                            publish->capacity)
+                                              : std::string(" without publish"),
                                       expected.describe_constants()));
   }
   return entry;
@@ -237,18 +280,24 @@ const CacheEntry& checked_entry(const CacheEntry& entry, int rows, int n, int k,
 }  // namespace
 
 PoolerGemm::PoolerGemm(const CacheEntry& entry, CUcontext context, int rows, int n, int k,
-                       const PoolerGemmShape& shape)
+                       const PoolerGemmShape& shape, const GemmPublish* publish)
     : rows_(rows),
       n_(n),
       k_(k),
       shape_(shape),
-      launch_(pooler_gemm_launch_shape(rows, n, k, shape)),
-      loaded_(checked_entry(entry, rows, n, k, shape), context),
-      kernel_(loaded_.kernel(kPoolerGemmEntry)) {
+      publish_(publish ? *publish : GemmPublish{}),
+      launch_(pooler_gemm_launch_shape(rows, n, k, shape, publish)),
+      loaded_(checked_entry(entry, rows, n, k, shape, publish), context),
+      kernel_(loaded_.kernel(publish ? kPoolerGemmPublishEntry : kPoolerGemmEntry)) {
   if (launch_.shared_bytes > 48 * 1024) kernel_.allow_shared_bytes(static_cast<int>(launch_.shared_bytes));
 }
 
 void PoolerGemm::launch(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, bool pdl) const {
+  if (publishes()) {
+    throw InvalidArgument(fmt::format("pooler GEMM launch: the form (rows {}, N {}) fuses the publish (tp {}, "
+                                      "capacity {}); use launch_publish",
+                                      rows_, n_, publish_.tp, publish_.capacity));
+  }
   if (x == 0 || w == 0 || c == 0 || (x % 16) != 0 || (w % 16) != 0 || (c % 2) != 0) {
     throw InvalidArgument(fmt::format("pooler GEMM launch: x {:#x} and w {:#x} must be non-null and 16-byte aligned, "
                                       "c {:#x} non-null and 2-byte aligned",
@@ -257,6 +306,38 @@ void PoolerGemm::launch(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdevicep
   LaunchShape shape = launch_;
   shape.pdl = pdl;
   kernel_(stream, shape, x, w, c);
+}
+
+void PoolerGemm::launch_publish(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr c,
+                                const MailboxPeers& peers, CUdeviceptr state, int rank, bool pdl) const {
+  if (!publishes()) {
+    throw InvalidArgument(fmt::format("pooler GEMM launch_publish: the form (rows {}, N {}) does not publish; build "
+                                      "it with a GemmPublish, or use launch",
+                                      rows_, n_));
+  }
+  if (x == 0 || w == 0 || c == 0 || (x % 16) != 0 || (w % 16) != 0 || (c % 16) != 0) {
+    throw InvalidArgument(fmt::format("pooler GEMM launch_publish: x {:#x}, w {:#x} and c {:#x} must be non-null and "
+                                      "16-byte aligned",
+                                      x, w, c));
+  }
+  if (rank < 0 || rank >= publish_.tp) {
+    throw InvalidArgument(fmt::format("pooler GEMM launch_publish: rank = {}; expected 0 to {} (tp = {})", rank,
+                                      publish_.tp - 1, publish_.tp));
+  }
+  if (state == 0 || (state % alignof(MailboxStateBlock)) != 0) {
+    throw InvalidArgument(fmt::format("pooler GEMM launch_publish: the state block {:#x} must be non-null and aligned",
+                                      state));
+  }
+  for (int p = 0; p < publish_.tp; ++p) {
+    if (peers.base[p] == 0 || (peers.base[p] % 16) != 0) {
+      throw InvalidArgument(fmt::format("pooler GEMM launch_publish: rank {}'s mailbox base {:#x} must be non-null and "
+                                        "16-byte aligned (tp = {})",
+                                        p, peers.base[p], publish_.tp));
+    }
+  }
+  LaunchShape shape = launch_;
+  shape.pdl = pdl;
+  kernel_(stream, shape, x, w, c, peers, state, rank);
 }
 
 }  // namespace pooler

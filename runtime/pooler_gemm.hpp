@@ -6,6 +6,11 @@
 // into tensor-core fragments; the CTAs of a cluster split K and reduce through
 // distributed shared memory, so there is no workspace and the result is the
 // same bits on every run, with or without PDL.
+//
+// A form may also fuse the publish of the pooler gather (GemmPublish): the
+// epilogue then stores c's rows into every peer's mailbox as well, as
+// publish.cu would (kernel_templates/pooler_gemm.cu says how), which saves the
+// publish kernel and its kernel boundary.
 #pragma once
 
 #include <cuda.h>
@@ -16,6 +21,7 @@
 #include "runtime/cache_entry.hpp"
 #include "runtime/form.hpp"
 #include "runtime/kernel.hpp"
+#include "runtime/mailbox.hpp"
 
 namespace pooler {
 
@@ -32,36 +38,66 @@ inline constexpr int kMaxGemmRows = 32;
 // 16, k not a multiple of 32, rows outside [1, 32], too much shared memory).
 PoolerGemmShape choose_gemm_shape(int n, int k, int rows);
 
-// Throws InvalidArgument naming the first value that does not fit.
-void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& shape);
+// The fused publish: the mailbox the GEMM's output goes to, [3 stages][tp
+// slots][capacity rows][n] BF16 per rank (runtime/mailbox.hpp), so n * tp is
+// the pooled width P. Every rank's form must use the same tp and capacity.
+struct GemmPublish {
+  int tp = 0;        // 1, 2, 4 or 8
+  int capacity = 0;  // rows per slot, >= rows
+};
+
+// Throws InvalidArgument naming the first value that does not fit. With
+// `publish`, also the mailbox (tp, capacity >= rows, P = n * tp a valid pooled
+// width) and the fused form's shared memory.
+void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish = nullptr);
 
 // Dynamic shared memory of one CTA: the staged x slice and the reduction
 // buffer. The template derives the same number and refuses to compile if the
-// two disagree (SMEM_BYTES).
-int pooler_gemm_shared_bytes(int rows, int n, int k, const PoolerGemmShape& shape);
+// two disagree (SMEM_BYTES). The fused publish may need more: it hands out
+// columns to the cluster's CTAs in multiples of 8, which at 32 columns per
+// cluster of 8 (N = 512) widens the reduction buffer.
+int pooler_gemm_shared_bytes(int rows, int n, int k, const PoolerGemmShape& shape,
+                             const GemmPublish* publish = nullptr);
 
 // Grid, block and shared memory of one launch (pdl off).
-LaunchShape pooler_gemm_launch_shape(int rows, int n, int k, const PoolerGemmShape& shape);
+LaunchShape pooler_gemm_launch_shape(int rows, int n, int k, const PoolerGemmShape& shape,
+                                     const GemmPublish* publish = nullptr);
 
-// The compiled form: template pooler_gemm.cu, entry point "pooler_gemm".
-// Validates first.
-Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape);
+// The compiled form: template pooler_gemm.cu, entry point "pooler_gemm"; with
+// `publish`, entry point "pooler_gemm_publish" and the name suffix
+// "_pub_tp{tp}_cap{capacity}". Validates first. Forms without `publish` compile
+// the GEMM exactly as before the fused publish existed.
+Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish = nullptr);
 
 inline constexpr const char* kPoolerGemmEntry = "pooler_gemm";
+inline constexpr const char* kPoolerGemmPublishEntry = "pooler_gemm_publish";
 
-// One form loaded for one context. launch() allocates nothing and
-// synchronises nothing, so it may be captured in a CUDA graph.
+// One form loaded for one context. launch() and launch_publish() allocate
+// nothing and synchronise nothing, so they may be captured in a CUDA graph.
 class PoolerGemm {
  public:
-  // `entry` must be pooler_gemm_form(rows, n, k, shape) compiled for the
-  // context's device (checked: the constants must match).
-  PoolerGemm(const CacheEntry& entry, CUcontext context, int rows, int n, int k, const PoolerGemmShape& shape);
+  // `entry` must be pooler_gemm_form(rows, n, k, shape, publish) compiled for
+  // the context's device (checked: the constants must match).
+  PoolerGemm(const CacheEntry& entry, CUcontext context, int rows, int n, int k, const PoolerGemmShape& shape,
+             const GemmPublish* publish = nullptr);
 
   // c[rows, n] = x[rows, k] @ w[n, k].T. x and w must be 16-byte aligned and
   // row-major without padding; c is row-major [rows, n]. With `pdl` the kernel
   // loads its first weights before waiting for the previous kernel of the
-  // stream, and reads x / writes c only after it.
+  // stream, and reads x / writes c only after it. Only for a form without
+  // publish (InvalidArgument otherwise).
   void launch(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, bool pdl) const;
+
+  // The fused publish (only for a form with publish; InvalidArgument
+  // otherwise): c as launch() writes it (c must be 16-byte aligned here), and
+  // the same rows, every -0.0 made +0.0, in slot [stage][rank] of every rank's
+  // mailbox, stage read from `state` after the PDL wait: what launch() and
+  // PublishLauncher::launch(c, rows) together leave. peers.base[0..tp) must be
+  // non-null and 16-byte aligned, `state` this rank's MailboxStateBlock, rank
+  // in [0, tp). Like the publish kernel, it must run after the previous call's
+  // consumer (the stream order, with or without PDL) and before this call's.
+  void launch_publish(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, const MailboxPeers& peers,
+                      CUdeviceptr state, int rank, bool pdl) const;
 
   int rows() const { return rows_; }
   int n() const { return n_; }
@@ -69,10 +105,14 @@ class PoolerGemm {
   const PoolerGemmShape& shape() const { return shape_; }
   const LaunchShape& launch_shape() const { return launch_; }
   const Kernel& kernel() const { return kernel_; }
+  bool publishes() const { return publish_.tp != 0; }
+  // {0, 0} for a form without publish.
+  const GemmPublish& publish() const { return publish_; }
 
  private:
   int rows_, n_, k_;
   PoolerGemmShape shape_;
+  GemmPublish publish_;
   LaunchShape launch_;
   LoadedForm loaded_;
   Kernel kernel_;

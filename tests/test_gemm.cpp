@@ -1,7 +1,9 @@
 // The pooler GEMM without a GPU: every form of the model's shapes (rows 1..32,
 // N = P/tp for tp 8, 4, 2, 1, K = H) compiles for sm_90 and sm_100a with no
-// local memory; bad shapes are refused with messages that name the value; the
-// shape rule gives what its comment promises.
+// local memory, and so does every form of the fused publish (tp 1, 2, 4, 8,
+// N = 4096/tp, rows 1..16 and 32); bad shapes and bad mailboxes are refused
+// with messages that name the value; the shape rule gives what its comment
+// promises.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -20,6 +22,27 @@ namespace {
 
 constexpr int kHidden = 8192;
 constexpr int kWidths[] = {512, 1024, 2048, 4096};
+constexpr int kPooled = 4096;
+constexpr int kCapacity = 32;
+
+// The entry `name` of a cubin's kernels; fails the test when there is none.
+const KernelResources* find_kernel(const std::vector<KernelResources>& kernels, const std::string& name) {
+  for (const KernelResources& kernel : kernels) {
+    if (kernel.name == name) return &kernel;
+  }
+  ADD_FAILURE() << "no kernel " << name << " in the cubin";
+  return nullptr;
+}
+
+// Every form holds both entry points (C++ cannot vary one function's
+// parameters with a constant); the one the form does not select is empty.
+void expect_stub(const std::vector<KernelResources>& kernels, const std::string& name) {
+  const KernelResources* stub = find_kernel(kernels, name);
+  if (stub == nullptr) return;
+  EXPECT_EQ(stub->local_bytes, 0) << name;
+  EXPECT_EQ(stub->stack_bytes, 0) << name;
+  EXPECT_LE(stub->registers, 16) << name << " should be an empty body";
+}
 
 // The message of the InvalidArgument that `call` throws, or "" if it throws none.
 template <typename Call>
@@ -63,9 +86,11 @@ TEST_P(GemmForms, EveryModelFormCompilesWithoutLocalMemory) {
                                     << architecture);
     EXPECT_EQ(cubin_architecture(entry.cubin), architecture);
     const std::vector<KernelResources> kernels = read_cubin_resources(entry.cubin);
-    ASSERT_EQ(kernels.size(), 1u);
-    const KernelResources& kernel = kernels[0];
-    EXPECT_EQ(kernel.name, kPoolerGemmEntry);
+    ASSERT_EQ(kernels.size(), 2u);
+    expect_stub(kernels, kPoolerGemmPublishEntry);
+    const KernelResources* found = find_kernel(kernels, kPoolerGemmEntry);
+    ASSERT_NE(found, nullptr);
+    const KernelResources& kernel = *found;
     EXPECT_EQ(kernel.local_bytes, 0) << "spills or a local array";
     EXPECT_EQ(kernel.stack_bytes, 0);
     EXPECT_GT(kernel.registers, 0);
@@ -97,9 +122,129 @@ TEST(GemmForms, OtherShapesCompile) {
   }
   for (const Lookup& lookup : cache.get_all(forms, "sm_90")) {
     const auto kernels = read_cubin_resources(lookup.entry->cubin);
-    ASSERT_EQ(kernels.size(), 1u);
-    EXPECT_EQ(kernels[0].local_bytes, 0) << lookup.entry->form << " " << lookup.entry->constants;
+    ASSERT_EQ(kernels.size(), 2u);
+    const KernelResources* kernel = find_kernel(kernels, kPoolerGemmEntry);
+    ASSERT_NE(kernel, nullptr);
+    EXPECT_EQ(kernel->local_bytes, 0) << lookup.entry->form << " " << lookup.entry->constants;
   }
+}
+
+class GemmPublishForms : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GemmPublishForms, EveryModelFormCompilesWithoutLocalMemory) {
+  const std::string architecture = GetParam();
+  testing::ScratchDir dir;
+  KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
+  struct Case {
+    int rows, tp;
+    PoolerGemmShape shape;
+  };
+  std::vector<Case> cases;
+  std::vector<Form> forms;
+  for (int tp : {1, 2, 4, 8}) {
+    const int n = kPooled / tp;
+    const GemmPublish publish{tp, kCapacity};
+    for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
+      if (rows > 16 && rows != 32) continue;
+      const PoolerGemmShape shape = choose_gemm_shape(n, kHidden, rows);
+      cases.push_back({rows, tp, shape});
+      forms.push_back(pooler_gemm_form(rows, n, kHidden, shape, &publish));
+    }
+  }
+  const std::vector<Lookup> lookups = cache.get_all(forms, architecture);
+  ASSERT_EQ(lookups.size(), forms.size());
+  std::map<int, std::string> registers_by_tp;
+  for (std::size_t i = 0; i < lookups.size(); ++i) {
+    const Case& c = cases[i];
+    const CacheEntry& entry = *lookups[i].entry;
+    SCOPED_TRACE(::testing::Message() << forms[i].name() << " " << forms[i].describe_constants() << " for "
+                                    << architecture);
+    EXPECT_EQ(cubin_architecture(entry.cubin), architecture);
+    const std::vector<KernelResources> kernels = read_cubin_resources(entry.cubin);
+    ASSERT_EQ(kernels.size(), 2u);
+    expect_stub(kernels, kPoolerGemmEntry);
+    const KernelResources* found = find_kernel(kernels, kPoolerGemmPublishEntry);
+    ASSERT_NE(found, nullptr);
+    const KernelResources& kernel = *found;
+    EXPECT_EQ(kernel.local_bytes, 0) << "spills or a local array";
+    EXPECT_EQ(kernel.stack_bytes, 0);
+    EXPECT_GT(kernel.registers, 0);
+    EXPECT_LE(kernel.registers, 255);
+    EXPECT_LE(kernel.registers * c.shape.block_size * c.shape.ctas_per_sm, 65536);
+    EXPECT_EQ(kernel.shared_bytes, 0) << "all shared memory is dynamic";
+    if (kernel.max_threads != 0) {
+      EXPECT_EQ(kernel.max_threads, c.shape.block_size);
+    }
+    registers_by_tp[c.tp] += " " + std::to_string(kernel.registers) + (c.shape.ctas_per_sm == 1 ? "*" : "");
+  }
+  for (const auto& [tp, line] : registers_by_tp) {
+    std::printf("[ registers ] %s publish tp=%d N=%d K=%d rows 1..16,32 (* one CTA per SM):%s\n",
+                architecture.c_str(), tp, kPooled / tp, kHidden, line.c_str());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, GemmPublishForms, ::testing::Values("sm_90", "sm_100a"));
+
+TEST(GemmPublishForm, NameConstantsAndEntry) {
+  const PoolerGemmShape shape = choose_gemm_shape(2048, kHidden, 8);
+  const GemmPublish publish{2, kCapacity};
+  const Form fused = pooler_gemm_form(8, 2048, kHidden, shape, &publish);
+  EXPECT_EQ(fused.name(), "pooler_gemm_b8_n2048_k8192_pub_tp2_cap32");
+  EXPECT_EQ(fused.template_file(), "pooler_gemm.cu");
+  ASSERT_EQ(fused.kernels().size(), 1u);
+  EXPECT_EQ(fused.kernels()[0], kPoolerGemmPublishEntry);
+  const std::string constants = fused.describe_constants();
+  for (const char* fragment : {"PUBLISH=1", "TP=2", "CAPACITY=32", "ROWS=8", "N=2048"}) {
+    EXPECT_NE(constants.find(fragment), std::string::npos) << constants << " lacks " << fragment;
+  }
+  // The plain form keeps its name and entry; PUBLISH, TP and CAPACITY are 0.
+  const Form plain = pooler_gemm_form(8, 2048, kHidden, shape);
+  EXPECT_EQ(plain.name(), "pooler_gemm_b8_n2048_k8192");
+  ASSERT_EQ(plain.kernels().size(), 1u);
+  EXPECT_EQ(plain.kernels()[0], kPoolerGemmEntry);
+  for (const char* fragment : {"PUBLISH=0", "TP=0", "CAPACITY=0"}) {
+    EXPECT_NE(plain.describe_constants().find(fragment), std::string::npos) << plain.describe_constants();
+  }
+}
+
+TEST(GemmPublishForm, SharedMemoryAndLaunchShape) {
+  for (int tp : {1, 2, 4, 8}) {
+    const int n = kPooled / tp;
+    const GemmPublish publish{tp, kCapacity};
+    for (int rows : {1, 8, 9, 16, 32}) {
+      SCOPED_TRACE(::testing::Message() << "tp " << tp << ", rows " << rows);
+      const PoolerGemmShape shape = choose_gemm_shape(n, kHidden, rows);
+      const LaunchShape plain = pooler_gemm_launch_shape(rows, n, kHidden, shape);
+      const LaunchShape fused = pooler_gemm_launch_shape(rows, n, kHidden, shape, &publish);
+      EXPECT_EQ(fused.grid_x, plain.grid_x);
+      EXPECT_EQ(fused.block_x, plain.block_x);
+      const int columns_per_rank = shape.outputs_per_block / shape.split_k;
+      if (columns_per_rank % 8 == 0) {
+        EXPECT_EQ(fused.shared_bytes, plain.shared_bytes) << "whole 8-column pieces already: the same reduction";
+      } else {
+        // N = 512: 32 columns over a cluster of 8 become 4 ranks of 8 columns.
+        EXPECT_GT(fused.shared_bytes, plain.shared_bytes);
+      }
+      EXPECT_LE(fused.shared_bytes, static_cast<unsigned>(kMaxGemmSharedBytes));
+    }
+  }
+}
+
+TEST(GemmPublishForm, RefusesBadMailboxes) {
+  auto message = [](int rows, int n, GemmPublish publish) {
+    return invalid_argument_of(
+        [&] { pooler_gemm_form(rows, n, kHidden, choose_gemm_shape(n, kHidden, rows), &publish); });
+  };
+  auto expect_mentions = [](const std::string& what, const std::string& fragment) {
+    EXPECT_NE(what.find(fragment), std::string::npos) << "message: \"" << what << "\" lacks \"" << fragment << "\"";
+  };
+  EXPECT_EQ(message(8, 2048, GemmPublish{2, 32}), "");
+  expect_mentions(message(8, 2048, GemmPublish{3, 32}), "publish tp = 3 must be 1, 2, 4 or 8");
+  expect_mentions(message(8, 2048, GemmPublish{0, 32}), "publish tp = 0");
+  expect_mentions(message(16, 2048, GemmPublish{2, 8}), "publish capacity = 8 must lie in [rows = 16");
+  expect_mentions(message(8, 2048, GemmPublish{2, 2048}), "publish capacity = 2048");
+  expect_mentions(message(8, 528, GemmPublish{1, 32}), "P = 528");
+  expect_mentions(message(8, 4096, GemmPublish{8, 32}), "P = 32768");
 }
 
 TEST(GemmShapeRule, ModelShapesFillOneWaveWithSixteenLoadsInFlight) {

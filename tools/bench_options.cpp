@@ -47,6 +47,8 @@ parallelism and batches:
   --batches LIST         batch sizes, comma-separated (1,2,4,8,16)
   --capacity N           mailbox rows per stage (32)
   --no-pdl               programmatic dependent launch off, in both paths
+  --fuse-publish         the fused path's GEMM publishes from its epilogue (no
+                         publish kernel; PoolerOptions::fuse_publish)
 
 synthetic data (generated on each GPU from the seed; the same on every rank):
   --seed S               (20261130)
@@ -172,6 +174,8 @@ Options parse_options(int argc, char** argv, bool& help) {
       o.capacity = to_int(flag, value(), 1, 1024);
     } else if (flag == "--no-pdl") {
       o.pdl = false;
+    } else if (flag == "--fuse-publish") {
+      o.fuse_publish = true;
     } else if (flag == "--seed") {
       const std::string text = value();
       char* end = nullptr;
@@ -275,6 +279,7 @@ PoolerConfig pooler_config(const Options& options, int tp) {
   config.tp = tp;
   config.capacity = options.capacity;
   config.batches = options.batches;
+  config.fuse_publish = options.fuse_publish;
   // One entry per layer, in layer order, as the Pooler builds its own list.
   for (int layer = 0; layer < options.layers; ++layer) {
     (options.edge(layer) ? config.edge_norms : config.nvfp4_norms)

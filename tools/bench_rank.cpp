@@ -300,6 +300,7 @@ class Rank {
     p.batches = o_.batches;
     p.capacity = o_.capacity;
     p.enable_pdl = o_.pdl;
+    p.fuse_publish = o_.fuse_publish;
     for (int layer = 0; layer < o_.layers; ++layer) {
       PoolerLayer spec;
       spec.weight = TensorView::matrix(weight(layer), DType::bf16, width_, o_.hidden);
