@@ -47,8 +47,9 @@ parallelism and batches:
   --batches LIST         batch sizes, comma-separated (1,2,4,8,16)
   --capacity N           mailbox rows per stage (32)
   --no-pdl               programmatic dependent launch off, in both paths
-  --fuse-publish         the fused path's GEMM publishes from its epilogue (no
-                         publish kernel; PoolerOptions::fuse_publish)
+  --separate-publish     the fused path publishes with a kernel of its own after
+                         the GEMM instead of from the GEMM's epilogue
+                         (PoolerOptions::fuse_publish = false)
 
 synthetic data (generated on each GPU from the seed; the same on every rank):
   --seed S               (20261130)
@@ -174,8 +175,8 @@ Options parse_options(int argc, char** argv, bool& help) {
       o.capacity = to_int(flag, value(), 1, 1024);
     } else if (flag == "--no-pdl") {
       o.pdl = false;
-    } else if (flag == "--fuse-publish") {
-      o.fuse_publish = true;
+    } else if (flag == "--separate-publish") {
+      o.fuse_publish = false;
     } else if (flag == "--seed") {
       const std::string text = value();
       char* end = nullptr;

@@ -25,7 +25,7 @@ struct Options {
   std::vector<int> batches = {1, 2, 4, 8, 16};
   int capacity = 32;
   bool pdl = true;
-  bool fuse_publish = false;
+  bool fuse_publish = true;
   // Synthetic data.
   std::uint64_t seed = 20261130;
   float weight_std = 0.02f;

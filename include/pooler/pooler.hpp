@@ -74,7 +74,7 @@ struct POOLER_API PoolerOptions {
   int hidden = 8192;                                         // H: the GEMM's K (Muse Spark)
   int pooled = 4096;                                         // P: the pooled width (Muse Spark)
   std::optional<PoolerGemmShape> gemm_shape;                 // default: choose_gemm_shape per batch
-  bool fuse_publish = false;                                 // run(): the GEMM's epilogue publishes (no publish kernel)
+  bool fuse_publish = true;                                  // run(): the GEMM's epilogue publishes (no publish kernel)
 };
 
 // What run() hands the experts. For an NVFP4 layer `packed` (U8 [b, P / 2]) and
