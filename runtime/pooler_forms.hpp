@@ -34,7 +34,7 @@ struct PoolerConfig {
   std::vector<NormConstants> edge_norms;   // one BF16 consumer form each
   std::optional<PoolerGemmShape> gemm_shape;
   bool stock = false;  // also the stock norm (per norm) and quantize forms, for tests and benchmarks
-  bool fuse_publish = false;  // also a publishing GEMM per batch (run() without a publish kernel)
+  bool fuse_publish = true;  // also a publishing GEMM per batch (run() without a publish kernel), as Pooler does
 };
 
 // The forms, in this order: a GEMM per batch (ascending, duplicates dropped),
