@@ -152,6 +152,7 @@ struct ModelSpec {
   float gain_center = 1.0f;
   std::chrono::nanoseconds spin_timeout = std::chrono::seconds(5);
   bool pdl = true;
+  bool fuse_publish = true;
 
   int set_of(int layer) const { return layer % sets; }
   bool nvfp4(int layer) const { return std::find(edge_layers.begin(), edge_layers.end(), layer) == edge_layers.end(); }
@@ -298,6 +299,7 @@ PoolerOptions options_for(const DeviceModel& model, const ModelSpec& spec, int t
   options.batches = spec.batches;
   options.capacity = spec.capacity;
   options.enable_pdl = spec.pdl;
+  options.fuse_publish = spec.fuse_publish;
   options.spin_timeout = spec.spin_timeout;
   options.hidden = kHidden;
   options.pooled = kPooled;
@@ -832,14 +834,17 @@ void expect_all_reduce_works(const RankEnv& env, const std::string& when) {
 void every_form(const RankEnv& env) {
   const ModelSpec base = full_model();
   const DeviceModel model(*env.host, env.stream);
-  for (bool pdl : {true, false}) {
+  for (const auto& [pdl, fuse] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
     ModelSpec spec = base;
     spec.pdl = pdl;
-    const std::string what = fmt::format("every form, PDL {}", pdl ? "on" : "off");
+    spec.fuse_publish = fuse;
+    const std::string what =
+        fmt::format("every form, PDL {}, publish {}", pdl ? "on" : "off", fuse ? "in the GEMM" : "as a kernel");
     Harness harness(env, model, spec);
     const std::vector<std::string> forms = harness.pooler().forms();
-    // GEMMs, the publish, NVFP4 consumers for eps 1e-5 and 0.25, one BF16 consumer.
-    const std::size_t expected_forms = spec.batches.size() + 1 + 2 + 1;
+    // GEMMs (and their publishing twins), the publish, NVFP4 consumers for eps
+    // 1e-5 and 0.25, one BF16 consumer.
+    const std::size_t expected_forms = spec.batches.size() * (fuse ? 2 : 1) + 1 + 2 + 1;
     if (forms.size() != expected_forms) {
       env.problem(fmt::format("{}: the Pooler compiled {} forms, expected {}", what, forms.size(), expected_forms));
     }
