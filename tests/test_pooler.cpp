@@ -16,6 +16,7 @@
 #include "pooler/pooler.hpp"
 #include "runtime/cubin_elf.hpp"
 #include "runtime/kernel_cache.hpp"
+#include "support/forms.hpp"
 #include "support/process.hpp"
 #include "support/stock_path.hpp"
 
@@ -237,22 +238,13 @@ class PoolerTestKernels : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(PoolerTestKernels, CompileWithoutLocalMemory) {
   const std::string architecture = GetParam();
-  testing::ScratchDir dir;
-  KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
   const std::vector<Form> forms = test_forms();
-  const std::vector<Lookup> compiled = cache.get_all(forms, architecture);
-  ASSERT_EQ(compiled.size(), forms.size());
+  const auto resources = testing::compile_and_check(forms, architecture);
   for (std::size_t i = 0; i < forms.size(); ++i) {
     const Form& form = forms[i];
     SCOPED_TRACE(form.name() + " for " + architecture);
-    const CacheEntry& entry = *compiled[i].entry;
-    EXPECT_EQ(cubin_architecture(entry.cubin), architecture);
-    const std::vector<KernelResources> kernels = read_cubin_resources(entry.cubin);
-    ASSERT_EQ(kernels.size(), form.kernels().size()) << "entry points in the cubin";
+    const std::vector<KernelResources>& kernels = resources[i];
     for (const KernelResources& kernel : kernels) {
-      EXPECT_NE(std::find(form.kernels().begin(), form.kernels().end(), kernel.name), form.kernels().end())
-          << kernel.name << " is not an entry point of the form";
-      EXPECT_EQ(kernel.local_bytes, 0) << kernel.name << ": local memory (spills or a stack array)";
       const int threads = kernel.name == testing::kSpinEntry ? 1 : testing::kTestThreads;
       EXPECT_EQ(kernel.max_threads, threads) << kernel.name;
       EXPECT_LE(kernel.registers, 65536 / threads) << kernel.name << " cannot launch";

