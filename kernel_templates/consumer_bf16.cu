@@ -23,14 +23,16 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
                          const pooler::u16* weight, pooler::u16* rows, pooler::u16* normed, int rank, int layer,
                          unsigned long long timeout_ns) {
   using namespace pooler;
-  pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
-  pdl_launch_dependents();
   const u32 column = threadIdx.x * 16u;
   const u32 row = blockIdx.x;
-  const MailboxCall call = mailbox_begin(state);
-  mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column);
+  // The norm weight is a model parameter, never written by the kernels of a
+  // call: load it before the PDL wait, off the critical path (state, poll).
   u32 w[8];
   ld_global_16xbf16(weight + column, w);
+  pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
+  pdl_launch_dependents();
+  const MailboxCall call = mailbox_begin(state);
+  mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column);
   u32 x[8];
   mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
   const unsigned long long at = static_cast<unsigned long long>(row) * POOLED + column;

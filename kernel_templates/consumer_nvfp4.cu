@@ -24,16 +24,19 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
                           const pooler::u16* weight, const float* global_scale, pooler::u8* packed,
                           pooler::u8* scales, int rank, int layer, unsigned long long timeout_ns) {
   using namespace pooler;
-  pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
-  pdl_launch_dependents();
   const u32 column = threadIdx.x * 16u;
   const u32 row = blockIdx.x;
-  const MailboxCall call = mailbox_begin(state);
-  // Clearing the previous call's rows first overlaps it with the wait for the peers.
-  mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column);
+  // The norm weight and the global scale are model parameters, never written
+  // by the kernels of a call: load them before the PDL wait, off the critical
+  // path (state, then poll).
   u32 w[8];
   ld_global_16xbf16(weight + column, w);
   const float gs = ld_global_f32(global_scale);
+  pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
+  pdl_launch_dependents();
+  const MailboxCall call = mailbox_begin(state);
+  // Clearing the previous call's rows first overlaps it with the wait for the peers.
+  mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column);
   u32 x[8];
   mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
   u32 y[8];
