@@ -51,6 +51,7 @@
 #include "runtime/nccl.hpp"
 #include "runtime/symmetric_mailbox.hpp"
 #include "support/gpu.hpp"
+#include "support/multi_gpu.hpp"
 #include "support/process.hpp"
 
 extern char** environ;
@@ -65,81 +66,15 @@ constexpr int kChildAlarmSeconds = 100;
 constexpr std::chrono::seconds kChildWaitLimit{110};
 constexpr const char* kChildTest = "SymmetricMailboxChild.RunsOneRank";
 
-// NVLink multicast must stay off: set before the process's first communicator.
-void disable_nvls() {
-  ::setenv("NCCL_NVLS_ENABLE", "0", 1);
-}
-
 Form peer_copy_form() {
   return Form("test_peer_copy", "test_peer_copy.cu", {"pooler_test_peer_copy"}).set("THREADS", kThreads);
 }
 
-// Ends the process with a message when a test outlives its limit (a rank
-// waiting forever for a peer that failed): better than a hung CI job.
-class Watchdog {
- public:
-  Watchdog(std::chrono::seconds limit, std::string what, std::function<void()> on_expiry = {})
-      : limit_(limit), what_(std::move(what)), on_expiry_(std::move(on_expiry)) {
-    thread_ = std::thread([this] {
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (!done_changed_.wait_for(lock, limit_, [this] { return done_; })) {
-        std::fprintf(stderr,
-                     "\nWATCHDOG: %s did not finish within %lld s; a rank is probably waiting for a peer that failed "
-                     "(see the errors above). Ending the process.\n",
-                     what_.c_str(), static_cast<long long>(limit_.count()));
-        if (on_expiry_) {
-          on_expiry_();
-        }
-        std::fflush(stdout);
-        std::fflush(stderr);
-        std::_Exit(124);
-      }
-    });
-  }
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_ = true;
-    }
-    done_changed_.notify_all();
-    thread_.join();
-  }
-  Watchdog(const Watchdog&) = delete;
-  Watchdog& operator=(const Watchdog&) = delete;
-
- private:
-  std::chrono::seconds limit_;
-  std::string what_;
-  std::function<void()> on_expiry_;
-  std::mutex mutex_;
-  std::condition_variable done_changed_;
-  bool done_ = false;
-  std::thread thread_;
-};
-
-// What went wrong on one rank: every problem counted, the first few kept.
-struct Problems {
-  int rank = 0;
-  int count = 0;
-  std::vector<std::string> messages;
-
-  void add(const std::string& message) {
-    ++count;
-    if (messages.size() < 12) {
-      messages.push_back(fmt::format("[rank {}] {}", rank, message));
-    }
-  }
-  std::string text() const {
-    std::string all;
-    for (const std::string& message : messages) {
-      all += message + "\n";
-    }
-    if (count > static_cast<int>(messages.size())) {
-      all += fmt::format("[rank {}] ... {} problems in all\n", rank, count);
-    }
-    return all;
-  }
-};
+// The watchdog, the problem list and disable_nvls are the multi-GPU tests' own
+// (tests/support/multi_gpu.hpp).
+using testing::disable_nvls;
+using testing::Problems;
+using testing::Watchdog;
 
 // A reproducible random pattern: what rank `rank` writes in phase `phase`.
 // Every rank can compute every other rank's.
