@@ -63,43 +63,42 @@ unsigned publish_ctas(const MailboxLayout& layout, int b) {
 
 // ---- forms ------------------------------------------------------------------------------
 
+namespace {
+
+// A form over the mailbox layout: every such template takes POOLED, TP and
+// CAPACITY, checked here once for all of them.
+Form mailbox_form(const char* caller, const std::string& name, const char* file, const char* entry, int pooled,
+                  int tp, int capacity) {
+  check_pooled_width(caller, pooled);
+  check_tensor_parallel(caller, tp);
+  check_capacity(caller, capacity);
+  return Form(name, file, {entry}).set("POOLED", pooled).set("TP", tp).set("CAPACITY", capacity);
+}
+
+// A consumer: a mailbox form with the norm's constants, which its name carries.
+Form consumer_form(const char* caller, const char* kind, const char* file, const char* entry, int pooled, int tp,
+                   int capacity, float eps, float gain_center) {
+  check_norm_constants(caller, eps, gain_center);
+  const std::string name = shape_name(kind, pooled, tp, capacity) + fmt::format("_eps{}_gc{}", eps, gain_center);
+  return mailbox_form(caller, name, file, entry, pooled, tp, capacity).set("EPS", eps).set("GAIN_CENTER", gain_center);
+}
+
+}  // namespace
+
 Form publish_form(int pooled, int tp, int capacity) {
-  check_pooled_width("publish_form", pooled);
-  check_tensor_parallel("publish_form", tp);
-  check_capacity("publish_form", capacity);
-  return Form(shape_name("pooler_publish", pooled, tp, capacity), "publish.cu", {kPublishEntry})
-      .set("POOLED", pooled)
-      .set("TP", tp)
-      .set("CAPACITY", capacity)
+  return mailbox_form("publish_form", shape_name("pooler_publish", pooled, tp, capacity), "publish.cu", kPublishEntry,
+                      pooled, tp, capacity)
       .set("THREADS", kPublishThreads);
 }
 
 Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center) {
-  check_pooled_width("nvfp4_consumer_form", pooled);
-  check_tensor_parallel("nvfp4_consumer_form", tp);
-  check_capacity("nvfp4_consumer_form", capacity);
-  check_norm_constants("nvfp4_consumer_form", eps, gain_center);
-  return Form(shape_name("pooler_consumer_nvfp4", pooled, tp, capacity) + fmt::format("_eps{}_gc{}", eps, gain_center),
-              "consumer_nvfp4.cu", {kNvfp4ConsumerEntry})
-      .set("POOLED", pooled)
-      .set("TP", tp)
-      .set("CAPACITY", capacity)
-      .set("EPS", eps)
-      .set("GAIN_CENTER", gain_center);
+  return consumer_form("nvfp4_consumer_form", "pooler_consumer_nvfp4", "consumer_nvfp4.cu", kNvfp4ConsumerEntry,
+                       pooled, tp, capacity, eps, gain_center);
 }
 
 Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center) {
-  check_pooled_width("bf16_consumer_form", pooled);
-  check_tensor_parallel("bf16_consumer_form", tp);
-  check_capacity("bf16_consumer_form", capacity);
-  check_norm_constants("bf16_consumer_form", eps, gain_center);
-  return Form(shape_name("pooler_consumer_bf16", pooled, tp, capacity) + fmt::format("_eps{}_gc{}", eps, gain_center),
-              "consumer_bf16.cu", {kBf16ConsumerEntry})
-      .set("POOLED", pooled)
-      .set("TP", tp)
-      .set("CAPACITY", capacity)
-      .set("EPS", eps)
-      .set("GAIN_CENTER", gain_center);
+  return consumer_form("bf16_consumer_form", "pooler_consumer_bf16", "consumer_bf16.cu", kBf16ConsumerEntry, pooled,
+                       tp, capacity, eps, gain_center);
 }
 
 Form stock_norm_form(int pooled, float eps, float gain_center) {
