@@ -9,6 +9,9 @@
 //   WARPS_K      warps of a CTA that split the CTA's K slice
 //   SPLIT_K      CTAs of a cluster that split K (1, 2, 4 or 8)
 //   K_UNROLL     32-wide K steps each warp keeps in flight per tile row
+//                (STAGES = 0), or per stage of its ring (STAGES >= 1)
+//   STAGES       0: w streams through registers; >= 1: through a ring of
+//                STAGES shared-memory stages per warp, filled by cp.async
 //   MIN_CTAS     CTAs per SM promised to __launch_bounds__ (1 or 2)
 //   SMEM_BYTES   dynamic shared memory the host launches with (checked below)
 //   PUBLISH      1: the fused publish of the pooler gather (below); 0: the plain GEMM
@@ -38,6 +41,19 @@
 //   and at once reloads the same registers with step j + K_UNROLL. The first
 //   K_UNROLL steps are issued before pdl_wait (w is never written by the
 //   previous kernel), so under PDL they overlap the previous kernel's tail.
+// - The ring (STAGES >= 1) holds more of w in flight than registers can, and
+//   issues it before pdl_wait: each warp owns STAGES shared-memory stages of
+//   16*TILES rows x 32*K_UNROLL K values, fills them with 16-byte cp.async
+//   (one commit group per stage), reads its fragments from them with 16-byte
+//   shared loads and refills each consumed stage with the chunk STAGES ahead.
+//   What it buys is the prologue: in the pooler's chain (GEMM, consumer, next
+//   layer's GEMM) the next GEMM is launched as soon as the consumer has passed
+//   its own pdl_wait, and fills its ring while the consumer polls, so several
+//   MB of w are on chip before this GEMM may start. (Tried and measured slower,
+//   docs/PERFORMANCE.md: cp.async.bulk per row, the TMA engine, which moved
+//   at most ~20 GB/s per SM for 64-1024-byte copies; and triggering the next
+//   launch at the start, which slowed N >= 1024 by 10-25%.)
+//   Rows are kChunkBytes apart; see kSwizzle for the banks.
 // - Split-K keeps every SM busy at small N: the SPLIT_K CTAs of a cluster read
 //   disjoint K slices of the same columns and reduce through distributed
 //   shared memory (no global workspace, no atomics); the WARPS_K warps of a CTA
@@ -101,6 +117,23 @@ constexpr int kXPitch = (2 * kSliceK) % 128 == 0 ? 2 * kSliceK + 64 : 2 * kSlice
 constexpr int kXBytes = ROWS * kXPitch;
 constexpr int kReduceOffset = (kXBytes + 15) / 16 * 16;
 constexpr int kReduceBytes = kPartials * 8 * kBatchTiles * kOwnedPitch * 4;
+// The ring (STAGES >= 1): per warp, STAGES stages of kWarpRows rows, each row
+// kChunkK K values (kChunkBytes).
+constexpr int kWarpRows = 16 * TILES;
+constexpr int kChunkK = 32 * K_UNROLL;
+constexpr int kChunkBytes = 2 * kChunkK;
+constexpr int kChunks = kWarpK / kChunkK;               // chunks each warp streams
+// Rows are kChunkBytes apart. Lanes g and g+1 (one 8-lane phase of a 16-byte
+// load) read the same 64 bytes of their rows; for them to hit different banks,
+// odd rows store each 128 bytes with their two halves swapped (piece p at
+// p ^ 4) when a row spans whole 128-byte lines, and a 64-byte row (unroll 1)
+// alternates halves by itself.
+constexpr int kRowPitch = kChunkBytes;
+constexpr int kSwizzle = kChunkBytes % 128 == 0 ? 4 : 0;  // pieces XOR-ed on odd rows
+constexpr int kStageBytes = kWarpRows * kRowPitch;
+constexpr int kRingOffset = (kReduceOffset + kReduceBytes + 15) / 16 * 16;
+constexpr int kRingBytes = STAGES * kWarps * kStageBytes;
+constexpr int kSharedBytes = STAGES == 0 ? kReduceOffset + kReduceBytes : kRingOffset + kRingBytes;
 
 static_assert(ROWS >= 1 && ROWS <= 32, "ROWS must lie in [1, 32]");
 static_assert(TILES >= 1 && WARPS_N >= 1 && WARPS_K >= 1 && K_UNROLL >= 1, "launch knobs must be positive");
@@ -117,7 +150,9 @@ static_assert(K % (SPLIT_K * WARPS_K * 32 * K_UNROLL) == 0,
               "K must be a multiple of SPLIT_K * WARPS_K * 32 * K_UNROLL");
 static_assert(kColumnsPerCta % kOwners == 0, "each finishing cluster rank owns the same number of columns");
 static_assert(kXPitch % 128 == 64, "x pitch must be 64 (mod 128) bytes");
-static_assert(SMEM_BYTES == kReduceOffset + kReduceBytes, "host and template disagree on the shared memory size");
+static_assert(SMEM_BYTES == kSharedBytes, "host and template disagree on the shared memory size");
+static_assert(STAGES >= 0 && STAGES <= kChunks, "STAGES must lie in [0, the chunks each warp streams]");
+static_assert(kChunkBytes % 128 == 0 || kChunkBytes == 64, "a ring row is 64 bytes or whole 128-byte lines");
 static_assert(PUBLISH == 0 || PUBLISH == 1, "PUBLISH must be 0 or 1");
 static_assert(!PUBLISH || (TP >= 1 && TP <= pooler::kMailboxMaxPeers), "TP must lie in [1, kMailboxMaxPeers]");
 static_assert(!PUBLISH || (CAPACITY >= ROWS), "a mailbox slot must hold ROWS rows");
@@ -176,6 +211,50 @@ __device__ __forceinline__ void store_cluster(u32 address, float value) {
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(address), "f"(value) : "memory");
 }
 
+__device__ __forceinline__ U32x4 load_shared(u32 address) {
+  U32x4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
+}
+
+// One warp's ring: chunk c (K values [kChunkK * c, + kChunkK) of the warp's K
+// range, all kWarpRows rows) goes to stage c % STAGES, as 16-byte cp.async
+// pieces spread over the lanes (consecutive lanes, consecutive bytes of a
+// row), one commit group per chunk. The warp commits exactly one group per
+// chunk consumed (empty past the last chunk), so that before chunk c is read
+// STAGES groups are younger than its own: wait_group(STAGES - 1).
+struct Ring {
+  u32 stages;         // shared address of the warp's stage 0
+  const u16* rows;    // w at the warp's first row and first K
+  int lane;
+
+  __device__ __forceinline__ void fill(int chunk) const {
+    constexpr int kPiecesPerRow = kChunkBytes / 16;
+    constexpr int kPieces = kWarpRows * kPiecesPerRow;
+    static_assert(kPieces % 32 == 0, "every lane copies as many pieces");
+    const u32 stage = stages + (chunk % STAGES) * kStageBytes;
+    const u16* source = rows + chunk * kChunkK;
+#pragma unroll
+    for (int p = lane; p < kPieces; p += 32) {
+      const int r = p / kPiecesPerRow;
+      const int piece = p % kPiecesPerRow;
+      const int placed = piece ^ ((r & 1) * kSwizzle);
+      asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16;" ::"r"(stage + r * kRowPitch + 16 * placed),
+                   "l"(source + static_cast<unsigned long long>(r) * K + 8 * piece)
+                   : "memory");
+    }
+  }
+  __device__ __forceinline__ static void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+  // Chunk c's pieces, every lane's, are in shared memory.
+  __device__ __forceinline__ static void wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(STAGES > 0 ? STAGES - 1 : 0) : "memory");
+    __syncwarp();
+  }
+};
+
 // The whole kernel; kPublish adds the fused publish (peers, state and rank are
 // unused without it). One body for both entry points, so that the plain GEMM
 // and the GEMM of the fused publish cannot drift apart.
@@ -213,14 +292,26 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   const u16* w_lane = w + (static_cast<unsigned long long>(block * kColumnsPerCta + warp_column + g) * K +
                            static_cast<unsigned long long>(split * kSliceK + warp_k0 + 8 * q));
 
-  // Prologue: the first K_UNROLL steps of w, before pdl_wait.
-  U32x4 wbuf[K_UNROLL][TILES][2];
+  // Prologue, before pdl_wait: the first K_UNROLL steps of w into registers,
+  // or the first STAGES chunks into the warp's ring.
+  U32x4 wbuf[STAGES == 0 ? K_UNROLL : 1][TILES][2];
+  Ring ring{};
+  if constexpr (STAGES == 0) {
 #pragma unroll
-  for (int u = 0; u < K_UNROLL; ++u) {
+    for (int u = 0; u < K_UNROLL; ++u) {
 #pragma unroll
-    for (int t = 0; t < TILES; ++t) {
+      for (int t = 0; t < TILES; ++t) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) wbuf[u][t][h] = load_w(w_lane + (16 * t + 8 * h) * K + 32 * u);
+        for (int h = 0; h < 2; ++h) wbuf[u][t][h] = load_w(w_lane + (16 * t + 8 * h) * K + 32 * u);
+      }
+    }
+  } else {
+    ring.stages = shared_address(smem + kRingOffset) + warp * STAGES * kStageBytes;
+    ring.rows = w_lane - g * K - 8 * q;
+    ring.lane = lane;
+    for (int chunk = 0; chunk < STAGES; ++chunk) {
+      ring.fill(chunk);
+      Ring::commit();
     }
   }
   // Cluster phase 1: every CTA of the cluster has started (its shared memory
@@ -233,18 +324,36 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // griddepcontrol.wait above the prologue's loads, which it otherwise does.
   if (x != nullptr) pdl_wait();
 
-  // Stage x[0..ROWS)[slice] into shared memory, 16 bytes per cp.async.
+  // Stage x[0..ROWS)[slice] into shared memory, 16 bytes at a time: by
+  // cp.async without a ring; with one by plain loads, since waiting for a
+  // cp.async group would wait for the ring's older groups too.
   {
     constexpr int kChunksPerRow = kSliceK / 8;
+    constexpr int kPieces = ROWS * kChunksPerRow;
     const u16* x_slice = x + split * kSliceK;
-    for (int i = static_cast<int>(thread_x); i < ROWS * kChunksPerRow; i += kThreads) {
-      const int r = i / kChunksPerRow;
-      const int chunk = i % kChunksPerRow;
-      const u32 destination = shared_address(smem + r * kXPitch + 16 * chunk);
-      const u16* source = x_slice + static_cast<unsigned long long>(r) * K + 8 * chunk;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(destination), "l"(source) : "memory");
+    if constexpr (STAGES == 0) {
+      for (int i = static_cast<int>(thread_x); i < kPieces; i += kThreads) {
+        const int r = i / kChunksPerRow;
+        const int chunk = i % kChunksPerRow;
+        const u32 destination = shared_address(smem + r * kXPitch + 16 * chunk);
+        const u16* source = x_slice + static_cast<unsigned long long>(r) * K + 8 * chunk;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(destination), "l"(source) : "memory");
+      }
+      asm volatile("cp.async.commit_group;\n\tcp.async.wait_all;" ::: "memory");
+    } else {
+#pragma unroll 8
+      for (int i = static_cast<int>(thread_x); i < kPieces; i += kThreads) {
+        const int r = i / kChunksPerRow;
+        const int chunk = i % kChunksPerRow;
+        const u16* source = x_slice + static_cast<unsigned long long>(r) * K + 8 * chunk;
+        U32x4 v;
+        asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                     : "l"(source)
+                     : "memory");
+        *reinterpret_cast<U32x4*>(smem + r * kXPitch + 16 * chunk) = v;
+      }
     }
-    asm volatile("cp.async.commit_group;\n\tcp.async.wait_all;" ::: "memory");
     __syncthreads();
   }
 
@@ -267,8 +376,47 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // spilled).
   const u16* w_next = w_lane + 32 * K_UNROLL;  // the first step not loaded yet
   const unsigned char* x_step = x_lane;
+  if constexpr (STAGES >= 1) {
+    // Lane's fragment of tile t, half h (rows +8), step u within a stage.
+    const u32 lane_offset = static_cast<u32>(g * kRowPitch + 16 * q);
+    const u32 swizzle = static_cast<u32>((g & 1) * kSwizzle * 16);  // rows 16t + g (+8) share g's parity
 #pragma unroll 1
-  for (int iteration = 0; iteration < kIterations; ++iteration) {
+    for (int chunk = 0; chunk < kChunks; ++chunk) {
+      const u32 stage = ring.stages + (chunk % STAGES) * kStageBytes + lane_offset;
+      Ring::wait();
+#pragma unroll
+      for (int u = 0; u < K_UNROLL; ++u) {
+        U32x4 xf[kBatchTiles];
+#pragma unroll
+        for (int b = 0; b < kBatchTiles; ++b) {
+          if (8 * b + 8 <= ROWS || g + 8 * b < ROWS) {
+            xf[b] = *reinterpret_cast<const U32x4*>(x_step + b * 8 * kXPitch + 64 * u);
+          } else {
+            xf[b] = U32x4{0u, 0u, 0u, 0u};
+          }
+        }
+#pragma unroll
+        for (int t = 0; t < TILES; ++t) {
+          const u32 step = (64u * u) ^ swizzle;
+          const U32x4 lo = load_shared(stage + (16 * t) * kRowPitch + step);
+          const U32x4 hi = load_shared(stage + (16 * t + 8) * kRowPitch + step);
+#pragma unroll
+          for (int b = 0; b < kBatchTiles; ++b) {
+            mma_bf16(acc[t][b], lo.x, hi.x, lo.y, hi.y, xf[b].x, xf[b].y);
+            mma_bf16(acc[t][b], lo.z, hi.z, lo.w, hi.w, xf[b].z, xf[b].w);
+          }
+        }
+      }
+      x_step += 2 * kChunkK;
+      // Every lane has its fragments of this stage (the MMAs above consumed
+      // them): the stage may take the chunk STAGES ahead.
+      __syncwarp();
+      if (chunk + STAGES < kChunks) ring.fill(chunk + STAGES);
+      Ring::commit();
+    }
+  }
+#pragma unroll 1
+  for (int iteration = 0; iteration < (STAGES == 0 ? kIterations : 0); ++iteration) {
 #pragma unroll
     for (int u = 0; u < K_UNROLL; ++u) {
       U32x4 xf[kBatchTiles];

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "pooler/error.hpp"
 
@@ -31,6 +32,8 @@ int owner_count(const PoolerGemmShape& s, bool publish) {
 // size and the launch shape.
 struct Derived {
   int batch_tiles, slice_k, partials, owned, owned_pitch, x_pitch;
+  int chunks;       // chunks of 32 * k_unroll K values each warp streams
+  int stage_bytes;  // one stage of a warp's ring: 16 * tiles rows of 32 * k_unroll K values
 };
 
 Derived derive(int rows, int k, const PoolerGemmShape& s, bool publish) {
@@ -41,6 +44,9 @@ Derived derive(int rows, int k, const PoolerGemmShape& s, bool publish) {
   d.owned = s.outputs_per_block / owner_count(s, publish);
   d.owned_pitch = d.owned % 8 == 0 ? d.owned + 4 : d.owned;  // as the template: conflict-free epilogue
   d.x_pitch = (2 * d.slice_k) % 128 == 0 ? 2 * d.slice_k + 64 : 2 * d.slice_k;
+  const int chunk_bytes = 64 * s.k_unroll;
+  d.chunks = s.warps_k > 0 && s.k_unroll > 0 ? d.slice_k / s.warps_k / (32 * s.k_unroll) : 0;
+  d.stage_bytes = 16 * s.tiles() * chunk_bytes;
   return d;
 }
 
@@ -49,7 +55,55 @@ long long shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s, bool
   const long long x_bytes = static_cast<long long>(rows) * d.x_pitch;
   const long long reduce_offset = (x_bytes + 15) / 16 * 16;
   const long long reduce_bytes = static_cast<long long>(d.partials) * 8 * d.batch_tiles * d.owned_pitch * 4;
-  return reduce_offset + reduce_bytes;
+  if (s.stages == 0) return reduce_offset + reduce_bytes;
+  // The ring: stages per warp, for every warp.
+  const long long ring_offset = (reduce_offset + reduce_bytes + 15) / 16 * 16;
+  return ring_offset + static_cast<long long>(s.stages) * s.warps() * d.stage_bytes;
+}
+
+// The ring for a register shape, in place, where it was measured to win
+// (docs/PERFORMANCE.md, H200): N >= 2048 with at most 8 rows. There, in the
+// pooler's chain, the GEMM fills its ring while the previous layer's consumer
+// polls, which saved 1.6-2.0 us per layer at TP2 (b 1-8). Below N = 2048 the
+// GEMM alone was 5-25% slower with a ring than with registers (the fused chain
+// could not be measured there: no 4- or 8-GPU machine), and at 16 rows it
+// gained nothing in the chain and lost 2-4% alone. POOLER_GEMM_RING=off keeps
+// the register path everywhere, =on gives a ring wherever one fits (both for
+// comparisons).
+//
+// The ring itself: chunks of 8 steps (512 bytes of a row) where they divide
+// the warp's K range, else 4 (smaller chunks were slower); then as many
+// stages as leave the CTA
+// within kRingCtaBytes, so that two CTAs share an SM (the next kernel's CTAs
+// start beside this one's), at least 2 unless one holds the warp's whole K
+// range, so that a refill overlaps the MMAs of the other stage. Rings that
+// needed one CTA per SM were slower everywhere.
+void choose_ring(int n, int rows, int k, PoolerGemmShape& s) {
+  // Two CTAs per SM would fit up to 113 KiB each; measured on an H200, rings of
+  // 107-110 KiB were 5-20% slower than the same rings at 2 stages (72-88 KiB).
+  constexpr long long kRingCtaBytes = 100 * 1024;
+  const char* env = std::getenv("POOLER_GEMM_RING");
+  const std::string mode = env ? env : "";
+  if (!mode.empty() && mode != "on" && mode != "off") {
+    throw InvalidArgument(fmt::format("POOLER_GEMM_RING = \"{}\"; expected on, off or unset (the rule)", mode));
+  }
+  if (mode == "off" || (mode.empty() && (n < 2048 || rows > 8))) return;
+  const int warp_steps = k / s.split_k / s.warps_k / 32;
+  for (int unroll : {8, 4}) {
+    if (warp_steps % unroll != 0) continue;
+    PoolerGemmShape ring = s;
+    ring.k_unroll = unroll;
+    const int chunks = warp_steps / unroll;
+    for (int stages = chunks; stages >= (chunks > 1 ? 2 : 1); --stages) {
+      ring.stages = stages;
+      if (shared_bytes_unchecked(rows, k, ring) > kRingCtaBytes) continue;
+      // w no longer lives in registers: ptxas fits two CTAs' worth without
+      // spilling, and the shared memory lets two share an SM.
+      ring.ctas_per_sm = ring.block_size <= 256 ? 2 : 1;
+      s = ring;
+      return;
+    }
+  }
 }
 
 }  // namespace
@@ -58,9 +112,10 @@ std::string describe(const PoolerGemmShape& s) {
   // Safe on shapes that do not validate: it is what their error messages print.
   const int warps_n = s.warps_k > 0 ? s.warps() / s.warps_k : 0;
   const int tiles = warps_n > 0 ? s.outputs_per_block / (16 * warps_n) : 0;
-  return fmt::format("block {}, {} columns/CTA ({} tiles x {} warps), split-K {} CTAs x {} warps, unroll {}, "
+  return fmt::format("block {}, {} columns/CTA ({} tiles x {} warps), split-K {} CTAs x {} warps, unroll {}, {}, "
                      "{} CTAs/SM",
                      s.block_size, s.outputs_per_block, tiles, warps_n, s.split_k, s.warps_k, s.k_unroll,
+                     s.stages == 0 ? std::string("registers") : fmt::format("ring of {} stages", s.stages),
                      s.ctas_per_sm);
 }
 
@@ -112,6 +167,12 @@ void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s, const
     fail(fmt::format("K = {} must be a multiple of split_k * warps_k * 32 * k_unroll = {}", k, k_unit));
   }
   if (static_cast<long long>(n) * k > (1LL << 40)) fail("N * K is implausibly large");
+  if (s.stages < 0) fail(fmt::format("stages = {} must be 0 (registers) or positive (a shared-memory ring)", s.stages));
+  const int chunks = derive(rows, k, s, publish != nullptr).chunks;
+  if (s.stages > chunks) {
+    fail(fmt::format("stages = {} is more than the {} chunks of 32 * k_unroll K values each warp streams", s.stages,
+                     chunks));
+  }
   if (publish) {
     const GemmPublish& p = *publish;
     if (p.tp != 1 && p.tp != 2 && p.tp != 4 && p.tp != 8) {
@@ -130,9 +191,10 @@ void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s, const
   }
   const long long bytes = shared_bytes_unchecked(rows, k, s, publish != nullptr);
   if (bytes > kMaxGemmSharedBytes) {
-    fail(fmt::format("needs {} bytes of shared memory per CTA (x slice of {} rows x {} K values, and the reduction), "
-                     "more than the {} a CTA may have: raise split_k",
-                     bytes, rows, k / s.split_k, kMaxGemmSharedBytes));
+    fail(fmt::format("needs {} bytes of shared memory per CTA (x slice of {} rows x {} K values, the reduction{}), "
+                     "more than the {} a CTA may have: raise split_k{}",
+                     bytes, rows, k / s.split_k, s.stages > 0 ? ", the ring" : "", kMaxGemmSharedBytes,
+                     s.stages > 0 ? " or lower stages or k_unroll" : ""));
   }
 }
 
@@ -159,7 +221,7 @@ void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s, const
 // The batch changes only ctas_per_sm (below): w traffic is the same for every
 // rows, and the x slice (rows x K/8 x 2 bytes, 66 KiB at 32 rows) fits beside
 // the reduction buffer, under 110 KiB, so two CTAs still fit an SM.
-PoolerGemmShape choose_gemm_shape(int n, int k, int rows) {
+PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows) {
   if (rows < 1 || rows > kMaxGemmRows) {
     throw InvalidArgument(fmt::format("pooler GEMM: rows = {} must lie in [1, {}] (one compiled form per batch size)",
                                       rows, kMaxGemmRows));
@@ -224,6 +286,13 @@ PoolerGemmShape choose_gemm_shape(int n, int k, int rows) {
   return s;
 }
 
+PoolerGemmShape choose_gemm_shape(int n, int k, int rows) {
+  PoolerGemmShape s = choose_register_gemm_shape(n, k, rows);
+  choose_ring(n, rows, k, s);
+  validate_gemm_shape(rows, n, k, s);
+  return s;
+}
+
 int pooler_gemm_shared_bytes(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish) {
   validate_gemm_shape(rows, n, k, shape, publish);
   return static_cast<int>(shared_bytes_unchecked(rows, k, shape, publish != nullptr));
@@ -256,6 +325,7 @@ Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, cons
       .set("WARPS_K", shape.warps_k)
       .set("SPLIT_K", shape.split_k)
       .set("K_UNROLL", shape.k_unroll)
+      .set("STAGES", shape.stages)
       .set("MIN_CTAS", shape.ctas_per_sm)
       .set("SMEM_BYTES", bytes);
 }

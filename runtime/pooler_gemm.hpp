@@ -2,8 +2,10 @@
 // accumulation, one round-to-nearest-even at the end): its launch shape, the
 // rule that picks one, its compiled form and its launcher.
 //
-// The kernel (kernel_templates/pooler_gemm.cu) streams w from HBM straight
-// into tensor-core fragments; the CTAs of a cluster split K and reduce through
+// The kernel (kernel_templates/pooler_gemm.cu) streams w from HBM into
+// tensor-core fragments, either straight through registers or through a
+// shared-memory ring that holds more of w before the PDL wait (the shape's
+// stages); the CTAs of a cluster split K and reduce through
 // distributed shared memory, so there is no workspace and the result is the
 // same bits on every run, with or without PDL.
 //
@@ -31,12 +33,20 @@ inline constexpr int kMaxGemmSharedBytes = 232448;
 inline constexpr int kMaxGemmRows = 32;
 
 // The launch shape for rows x k @ (n x k).T. The rule (see the definition for
-// the reasoning): 8 warps per CTA at N < 1024, 4 from N = 1024 on (measured), 16 loads of w in flight per lane, and as many
-// warps over K as it takes to reach 128 CTAs (one wave on 132 SMs) when n alone
-// gives too few; two CTAs per SM (128 registers) for rows <= 8 or a single
-// unrolled round, else one. Throws InvalidArgument when no shape fits (n not a multiple of
-// 16, k not a multiple of 32, rows outside [1, 32], too much shared memory).
+// the reasoning): 8 warps per CTA at N < 1024, 4 from N = 1024 on (measured),
+// 16 loads of w in flight per lane, and as many warps over K as it takes to
+// reach 128 CTAs (one wave on 132 SMs) when n alone gives too few; two CTAs per
+// SM (128 registers) for rows <= 8 or a single unrolled round, else one. Then,
+// for N >= 2048 and rows <= 8 (where it was measured to win), a shared-memory
+// ring of at least 2 stages within 100 KiB per CTA; POOLER_GEMM_RING=off|on
+// overrides that choice (for comparisons). Throws InvalidArgument when no shape
+// fits (n not a multiple of 16, k not a multiple of 32, rows outside [1, 32],
+// too much shared memory) or POOLER_GEMM_RING is neither unset, on nor off.
 PoolerGemmShape choose_gemm_shape(int n, int k, int rows);
+
+// The rule without the ring (stages = 0): the shape choose_gemm_shape starts
+// from, and its answer wherever it gives no ring.
+PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows);
 
 // The fused publish: the mailbox the GEMM's output goes to, [3 stages][tp
 // slots][capacity rows][n] BF16 per rank (runtime/mailbox.hpp), so n * tp is

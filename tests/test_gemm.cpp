@@ -247,28 +247,49 @@ TEST(GemmPublishForm, RefusesBadMailboxes) {
   expect_mentions(message(8, 4096, GemmPublish{8, 32}), "P = 32768");
 }
 
-TEST(GemmShapeRule, ModelShapesFillOneWaveWithSixteenLoadsInFlight) {
+TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingWhereMeasuredToWin) {
   for (int n : kWidths) {
     const PoolerGemmShape first = choose_gemm_shape(n, kHidden, 1);
     for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
       SCOPED_TRACE(::testing::Message() << "N " << n << ", rows " << rows);
       const PoolerGemmShape shape = choose_gemm_shape(n, kHidden, rows);
       EXPECT_NO_THROW(validate_gemm_shape(rows, n, kHidden, shape));
-      PoolerGemmShape same_but_registers = shape;
-      same_but_registers.ctas_per_sm = first.ctas_per_sm;
-      EXPECT_EQ(same_but_registers, first) << "the batch changes only the register bound";
+      // The batch changes how w waits on chip, not who sums what.
+      EXPECT_EQ(shape.block_size, first.block_size);
+      EXPECT_EQ(shape.outputs_per_block, first.outputs_per_block);
+      EXPECT_EQ(shape.split_k, first.split_k);
+      EXPECT_EQ(shape.warps_k, first.warps_k);
+      const unsigned threads = n >= 1024 ? 128u : 256u;  // 4 warps from N = 1024 on (measured)
+      EXPECT_EQ(shape.block_size, static_cast<int>(threads));
+      // Rings only where one was measured to win, and always at TP2's width.
+      const bool ring = shape.stages > 0;
+      if (ring) {
+        EXPECT_TRUE(n >= 2048 && rows <= 8);
+      }
+      if (n == 2048 && rows <= 8) {
+        EXPECT_TRUE(ring);
+      }
+      const PoolerGemmShape registers = choose_register_gemm_shape(n, kHidden, rows);
+      EXPECT_EQ(registers.stages, 0);
+      EXPECT_EQ(2 * registers.tiles() * registers.k_unroll, 16) << "loads of w in flight per lane";
       if (rows <= 8) {
         EXPECT_EQ(shape.ctas_per_sm, 2);
       }
-      const unsigned threads = n >= 1024 ? 128u : 256u;  // 4 warps from N = 1024 on (measured)
-      EXPECT_EQ(shape.block_size, static_cast<int>(threads));
-      EXPECT_EQ(2 * shape.tiles() * shape.k_unroll, 16) << "loads of w in flight per lane";
+      if (!ring) {
+        EXPECT_EQ(shape, registers);
+      }
       const LaunchShape launch = pooler_gemm_launch_shape(rows, n, kHidden, shape);
       EXPECT_EQ(launch.grid_x, 128u) << "one CTA per SM on 132 SMs, one wave";
       EXPECT_EQ(launch.grid_y, 1u);
       EXPECT_EQ(launch.block_x, threads);
       if (shape.ctas_per_sm == 2) {
         EXPECT_LE(launch.shared_bytes, 110u * 1024u) << "two CTAs per SM still fit";
+      }
+      if (ring) {
+        // At least two stages per warp, so that a refill overlaps the MMAs of
+        // the other stage, and chunks of 4 steps (256 bytes of a row) or more.
+        EXPECT_GE(shape.stages, 2);
+        EXPECT_GE(shape.k_unroll, 4);
       }
       // Every warp reads the same amount of w.
       const long long warps = static_cast<long long>(launch.grid_x) * shape.warps();
@@ -281,12 +302,33 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveWithSixteenLoadsInFlight) {
   EXPECT_EQ(tp8.split_k, 8);
   EXPECT_EQ(tp8.warps_k, 4);
   EXPECT_EQ(tp8.k_unroll, 8);
-  const PoolerGemmShape tp1 = choose_gemm_shape(4096, kHidden, 8);
+  EXPECT_EQ(tp8.stages, 0);
+  const PoolerGemmShape tp2 = choose_gemm_shape(2048, kHidden, 8);
+  EXPECT_EQ(tp2.outputs_per_block, 128);
+  EXPECT_EQ(tp2.split_k, 8);
+  EXPECT_EQ(tp2.tiles(), 2);
+  EXPECT_EQ(tp2.k_unroll, 4);
+  EXPECT_EQ(tp2.stages, 2);
+  const PoolerGemmShape tp1 = choose_gemm_shape(4096, kHidden, 16);
   EXPECT_EQ(tp1.outputs_per_block, 128);
   EXPECT_EQ(tp1.split_k, 4);
   EXPECT_EQ(tp1.warps_k, 1);
   EXPECT_EQ(tp1.tiles(), 2);
   EXPECT_EQ(tp1.k_unroll, 4);
+  EXPECT_EQ(tp1.stages, 0);
+}
+
+TEST(GemmShapeRule, RingCanBeForcedOnOrOff) {
+  struct Restore {
+    ~Restore() { unsetenv("POOLER_GEMM_RING"); }
+  } restore;
+  setenv("POOLER_GEMM_RING", "off", 1);
+  EXPECT_EQ(choose_gemm_shape(2048, kHidden, 8).stages, 0);
+  setenv("POOLER_GEMM_RING", "on", 1);
+  EXPECT_GT(choose_gemm_shape(512, kHidden, 8).stages, 0);
+  setenv("POOLER_GEMM_RING", "sometimes", 1);
+  EXPECT_NE(invalid_argument_of([] { choose_gemm_shape(2048, kHidden, 8); }).find("POOLER_GEMM_RING = \"sometimes\""),
+            std::string::npos);
 }
 
 TEST(GemmShapeRule, GivesAValidShapeForEveryReasonableProblem) {
@@ -347,6 +389,12 @@ TEST(GemmShapeValidation, NamesTheValueAtFault) {
   bad.k_unroll = 0;
   expect_mentions(message(4, 1024, kHidden, bad), "k_unroll = 0");
   bad = good;
+  bad.stages = -1;
+  expect_mentions(message(4, 1024, kHidden, bad), "stages = -1 must be 0 (registers) or positive");
+  bad = good;
+  bad.stages = 5;  // 1024 K values per warp (split 8) in chunks of 256: 4 chunks
+  expect_mentions(message(4, 1024, kHidden, bad), "stages = 5 is more than the 4 chunks");
+  bad = good;
   bad.split_k = 1;
   bad.warps_k = 1;
   bad.block_size = 32;
@@ -357,17 +405,18 @@ TEST(GemmShapeValidation, NamesTheValueAtFault) {
 }
 
 TEST(GemmForm, ConstantsDescribeTheShape) {
-  const PoolerGemmShape shape = choose_gemm_shape(2048, kHidden, 16);
-  const Form form = pooler_gemm_form(16, 2048, kHidden, shape);
+  const PoolerGemmShape shape = choose_gemm_shape(2048, kHidden, 8);
+  const Form form = pooler_gemm_form(8, 2048, kHidden, shape);
   EXPECT_EQ(form.template_file(), "pooler_gemm.cu");
   ASSERT_EQ(form.kernels().size(), 1u);
   EXPECT_EQ(form.kernels()[0], kPoolerGemmEntry);
   const std::string constants = form.describe_constants();
   for (const std::string& fragment :
-       {std::string("ROWS=16"), std::string("N=2048"), std::string("K=8192"), "TILES=" + std::to_string(shape.tiles()),
+       {std::string("ROWS=8"), std::string("N=2048"), std::string("K=8192"), "TILES=" + std::to_string(shape.tiles()),
         "SPLIT_K=" + std::to_string(shape.split_k), "WARPS_K=" + std::to_string(shape.warps_k),
         "WARPS_N=" + std::to_string(shape.warps_n()), "K_UNROLL=" + std::to_string(shape.k_unroll),
-        "SMEM_BYTES=" + std::to_string(pooler_gemm_shared_bytes(16, 2048, kHidden, shape))}) {
+        "STAGES=" + std::to_string(shape.stages),
+        "SMEM_BYTES=" + std::to_string(pooler_gemm_shared_bytes(8, 2048, kHidden, shape))}) {
     EXPECT_NE(constants.find(fragment), std::string::npos) << constants << " lacks " << fragment;
   }
 }

@@ -148,7 +148,10 @@ CheckResult check(const Bits& c, const Reference& ref, int rows, const std::stri
   }
   EXPECT_EQ(result.bad, 0) << what << ": " << result.bad << " of " << static_cast<long long>(rows) * n
                            << " outputs wrong";
-  EXPECT_LE(result.allowance_used * 1000, static_cast<long long>(rows) * n)
+  // Near-cancellations are rare (about 1 output in 10^4 with these inputs),
+  // but a few can fall in a single row: 0.1% of the outputs, and never fewer
+  // than 8, before the accuracy counts as worse than expected.
+  EXPECT_LE(result.allowance_used, std::max<long long>(8, static_cast<long long>(rows) * n / 1000))
       << what << ": " << result.allowance_used
       << " outputs needed the cancellation allowance: the accumulation is less accurate than expected";
   return result;
@@ -281,6 +284,45 @@ TEST_F(GemmGpu, OtherLaunchShapes) {
   std::vector<int> rows;
   for (std::size_t i = 0; i < shapes.size(); ++i) rows.push_back(i % 2 == 0 ? 7 : 17);
   check_all(load(rows, 512, kHidden, shapes), 512, kHidden);
+}
+
+TEST_F(GemmGpu, RingsGiveTheRegisterPathsBits) {
+  // A ring changes where w waits, not the order of the sums: every ring of a
+  // register shape's warps gives that shape's bits, whatever its chunks and
+  // stages. Among them: one stage per warp with several chunks (every refill
+  // waits for its own MMAs), 64-byte chunks (unroll 1), and 64 rows per warp
+  // (more rows than lanes: two copies per lane).
+  for (int n : {512, 2048}) {
+    for (int rows : {1, 8, 16}) {
+      const PoolerGemmShape registers = choose_register_gemm_shape(n, kHidden, rows);
+      ASSERT_EQ(registers.stages, 0);
+      PoolerGemmShape one_stage = registers, small_chunks = registers, two_stages = registers;
+      one_stage.k_unroll = 1;
+      one_stage.stages = 1;
+      small_chunks.k_unroll = 1;
+      small_chunks.stages = 3;
+      two_stages.k_unroll = 4;
+      two_stages.stages = 2;
+      std::vector<PoolerGemmShape> shapes = {registers, one_stage, small_chunks, two_stages};
+      const PoolerGemmShape rule = choose_gemm_shape(n, kHidden, rows);
+      if (rule.stages > 0) shapes.push_back(rule);
+      if (n == 2048) shapes.push_back(PoolerGemmShape{128, 256, 2, 8, 1, 1, 2});  // 4 tiles per warp
+      const std::vector<PoolerGemm> gemms = load(std::vector<int>(shapes.size(), rows), n, kHidden, shapes);
+      check_all(gemms, n, kHidden);
+      const Bits x = random_bf16(static_cast<std::size_t>(kReferenceRows) * kHidden, 1.0f, random_);
+      const Bits w = random_bf16(static_cast<std::size_t>(n) * kHidden, 0.02f, random_);
+      DeviceBuffer x_device(x.size() * 2), w_device(w.size() * 2),
+          c_device(static_cast<std::size_t>(kReferenceRows) * n * 2);
+      x_device.upload(x.data(), x.size() * 2);
+      w_device.upload(w.data(), w.size() * 2);
+      const Bits expected = run(gemms[0], x_device, w_device, c_device, true);
+      for (std::size_t i = 1; i < gemms.size(); ++i) {
+        if (gemms[i].shape().outputs_per_block != registers.outputs_per_block) continue;  // other sums
+        EXPECT_TRUE(run(gemms[i], x_device, w_device, c_device, true) == expected)
+            << name(gemms[i]) << " differs from " << name(gemms[0]);
+      }
+    }
+  }
 }
 
 TEST_F(GemmGpu, PdlLaunchWaitsForThePreviousKernel) {

@@ -13,11 +13,13 @@ namespace pooler {
 struct PoolerGemmShape {
   int block_size = 256;        // threads per CTA: 32 * warps_n * warps_k
   int outputs_per_block = 64;  // columns per CTA (shared by the split_k CTAs of a cluster): 16 * tiles * warps_n
-  int k_unroll = 8;            // 32-wide K steps each warp keeps in flight per w row
+  int k_unroll = 8;            // 32-wide K steps each warp keeps in flight per w row (stages = 0), or per stage
   int split_k = 8;             // CTAs of a cluster over K (1, 2, 4 or 8), reduced in distributed shared memory
   int warps_k = 2;             // warps of a CTA that split the CTA's K slice (the rest go side by side over columns)
   int ctas_per_sm = 2;         // __launch_bounds__' minimum CTAs per SM (1 or 2): 2 caps registers at 65536 / (2 *
                                // block_size), so that the next launch's CTAs fit beside this one's under PDL
+  int stages = 0;              // 0: w streams through registers; >= 1: through a ring of this many shared-memory
+                               // stages per warp, filled by cp.async (k_unroll steps each)
 
   int warps() const { return block_size / 32; }
   int warps_n() const { return warps() / warps_k; }
