@@ -1,8 +1,13 @@
 // The streaming-read ceiling for tools/pooler_kernel_bench: every 16-byte
 // vector of a buffer read once, as the pooler GEMM reads its weights
 // (ld.global.nc, no L1 allocation, 256-byte L2 requests), and nothing written.
-// Constants: THREADS (per CTA), UNROLL (independent loads in flight per thread).
+// Constants: THREADS (per CTA), UNROLL (independent loads in flight per thread),
+// CHAINED (1: launched as a chain with PDL, as the pooler GEMM is: the next
+// launch may start at once, and the only dependent step, the store, waits for
+// the previous launch; this is the best a kernel that reads these bytes once
+// per launch can do in such a chain).
 #include "numerics.cuh"
+#include "pdl.cuh"
 
 namespace bench_read_detail {
 
@@ -26,6 +31,7 @@ __device__ __forceinline__ U32x4 load_stream(const U32x4* p) {
 extern "C" __global__ void __launch_bounds__(THREADS)
     pooler_bench_read(const void* data, unsigned long long vectors, unsigned* sink) {
   using bench_read_detail::U32x4;
+  if constexpr (CHAINED) pdl_launch_dependents();
   const U32x4* v = static_cast<const U32x4*>(data);
   const unsigned long long stride = static_cast<unsigned long long>(gridDim.x) * THREADS;
   unsigned long long i = static_cast<unsigned long long>(blockIdx.x) * THREADS + threadIdx.x;
@@ -41,5 +47,6 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     const U32x4 r = bench_read_detail::load_stream(v + i);
     acc ^= r.x ^ r.y ^ r.z ^ r.w;
   }
+  if constexpr (CHAINED) pdl_wait();
   if (acc == 0x9E3779B9u) sink[0] = acc;
 }

@@ -48,10 +48,14 @@ inline const std::vector<ReadConfig>& read_configs() {
   return configs;
 }
 
-inline Form read_form(const ReadConfig& config) {
-  return Form(fmt::format("bench_read_t{}_u{}", config.threads, config.unroll), "bench_read.cu", {kReadEntry})
+// chained: the form that lets the next launch start at once and waits for the
+// previous one only before its store (bench_read.cu), for reads chained with PDL.
+inline Form read_form(const ReadConfig& config, bool chained = false) {
+  return Form(fmt::format("bench_read_t{}_u{}{}", config.threads, config.unroll, chained ? "_chained" : ""),
+              "bench_read.cu", {kReadEntry})
       .set("THREADS", config.threads)
-      .set("UNROLL", config.unroll);
+      .set("UNROLL", config.unroll)
+      .set("CHAINED", chained ? 1 : 0);
 }
 
 // Everything one rank of the benchmark loads besides the Pooler's forms, in this

@@ -50,6 +50,7 @@
 #include "runtime/mailbox.hpp"
 #include "runtime/pooler_gemm.hpp"
 #include "runtime/pooler_kernels.hpp"
+#include "tools/bench_forms.hpp"
 
 using namespace pooler;
 
@@ -236,59 +237,50 @@ double time_graph(const Stream& stream, int launches, int replays, Enqueue enque
   return median(per_launch);
 }
 
-struct ReadConfig {
-  int threads, unroll, ctas_per_sm;
-};
+using bench::ReadConfig;
+using bench::read_form;
 
-Form read_form(const ReadConfig& c) {
-  return Form(fmt::format("bench_read_t{}_u{}", c.threads, c.unroll), "bench_read.cu", {"pooler_bench_read"})
-      .set("THREADS", c.threads)
-      .set("UNROLL", c.unroll);
-}
+// Reading one weight copy per launch, chained with PDL like the GEMM: a grid
+// of 1 or 2 CTAs per SM (so that the next launch's CTAs fit beside them).
+const std::vector<ReadConfig> kChainedReadConfigs = {{256, 16, 1}, {256, 8, 2}, {512, 8, 1}};
 
 const std::vector<ReadConfig> kReadConfigs = {{512, 8, 4}, {256, 8, 8}, {1024, 4, 2}, {512, 4, 4}, {256, 16, 4}};
 
-// Alternative shapes for --sweep: every valid combination of a few values of
-// each knob that gives between 64 and 264 CTAs (one to two waves).
+// Alternative shapes for --sweep: the register shape the rule starts from,
+// and rings of the rule's warps with every chunk size, each with the most
+// stages that leave two CTAs per SM (110 KiB) and the most that fit one.
 std::vector<PoolerGemmShape> sweep_shapes(int n, int k, int rows) {
   std::vector<PoolerGemmShape> out;
   const PoolerGemmShape chosen = choose_gemm_shape(n, k, rows);
-  for (int warps : {4, 8, 16}) {
-    for (int warps_k : {1, 2, 4, 8}) {
-      if (warps % warps_k != 0) continue;
-      for (int tiles : {1, 2, 4}) {
-        for (int split : {1, 2, 4, 8}) {
-          for (int loads : {8, 16}) {
-            const int unroll = loads / (2 * tiles);
-            if (unroll < 1) continue;
-            PoolerGemmShape s;
-            s.block_size = 32 * warps;
-            s.warps_k = warps_k;
-            s.outputs_per_block = 16 * tiles * (warps / warps_k);
-            s.split_k = split;
-            s.k_unroll = unroll;
-            s.ctas_per_sm = warps >= 16 ? 1 : chosen.ctas_per_sm;
-            try {
-              validate_gemm_shape(rows, n, k, s);
-            } catch (const InvalidArgument&) {
-              continue;
-            }
-            const long long ctas = static_cast<long long>(n / s.outputs_per_block) * split;
-            if (ctas < 64 || ctas > 264 || s == chosen) continue;
-            out.push_back(s);
-          }
+  auto add = [&](const PoolerGemmShape& s) {
+    try {
+      validate_gemm_shape(rows, n, k, s);
+    } catch (const InvalidArgument&) {
+      return false;
+    }
+    if (!(s == chosen) && std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+    return true;
+  };
+  PoolerGemmShape registers = choose_register_gemm_shape(n, k, rows);
+  add(registers);
+  registers.stages = 0;
+  for (int unroll : {16, 8, 4, 2, 1}) {
+    for (const int budget : {110 * 1024, kMaxGemmSharedBytes}) {
+      for (int stages = 32; stages >= 1; --stages) {
+        PoolerGemmShape s = registers;
+        s.k_unroll = unroll;
+        s.stages = stages;
+        s.ctas_per_sm = budget < kMaxGemmSharedBytes && s.block_size <= 256 ? 2 : 1;
+        try {
+          if (pooler_gemm_shared_bytes(rows, n, k, s) > budget) continue;
+        } catch (const InvalidArgument&) {
+          continue;
         }
+        add(s);
+        break;
       }
     }
   }
-  // Keep the sweep bounded: the shapes closest to one full wave of 128-132 CTAs.
-  std::stable_sort(out.begin(), out.end(), [&](const PoolerGemmShape& a, const PoolerGemmShape& b) {
-    auto distance = [&](const PoolerGemmShape& s) {
-      return std::abs(static_cast<long long>(n / s.outputs_per_block) * s.split_k - 130);
-    };
-    return distance(a) < distance(b);
-  });
-  if (out.size() > 12) out.resize(12);
   return out;
 }
 
@@ -296,6 +288,7 @@ struct Row {
   int b = 0, n = 0, k = 0;
   std::string shape;
   double us = 0, us_pdl = 0, cublas_us = 0;
+  double read_us = 0;  // the best chained read of the same weight bytes per launch
   double weight_bytes = 0;
   long long disagreements = -1;  // outputs where pooler and cuBLAS differ beyond summation order (-1: not compared)
   std::string best_sweep_shape;
@@ -748,8 +741,8 @@ int run(const Options& o) {
   x.upload(x_host.data(), x_host.size() * 2);
 
   std::vector<Row> rows;
-  std::printf("\n%4s %5s %10s %10s %9s %7s %10s %8s %8s   %s\n", "b", "N", "pooler_us", "pdl_us", "GB/s_pdl", "%ceil",
-              "cublas_us", "x_cublas", "x_pdl", "shape");
+  std::printf("\n%4s %5s %10s %10s %9s %7s %7s %10s %8s %8s   %s\n", "b", "N", "pooler_us", "pdl_us", "GB/s_pdl",
+              "%ceil", "%read", "cublas_us", "x_cublas", "x_pdl", "shape");
   for (int n : o.widths) {
     const double weight_bytes = static_cast<double>(n) * o.k * 2;
     const double cold_bytes = std::max(o.cold_mb * 1e6, 4.0 * info.l2_bytes);
@@ -767,12 +760,35 @@ int run(const Options& o) {
                 weight_bytes / 1e6, copies * weight_bytes / 1e6, launches);
     std::fflush(stdout);
     auto weight = [&](int i) { return weights.get() + copy_bytes * static_cast<std::size_t>(i % copies); };
+    // What any kernel that reads this much per launch can reach in a PDL
+    // chain: the weight bytes read by a read-only kernel, same rotation.
+    double read_us = 0;
+    {
+      DeviceBuffer sink(64);
+      for (const ReadConfig& c : kChainedReadConfigs) {
+        const Lookup lookup = cache.get(read_form(c, true), arch);
+        LoadedForm loaded(*lookup.entry, context.get());
+        const Kernel kernel = loaded.kernel("pooler_bench_read");
+        LaunchShape shape;
+        shape.grid_x = static_cast<unsigned>(info.multiprocessors * c.ctas_per_sm);
+        shape.block_x = static_cast<unsigned>(c.threads);
+        shape.pdl = true;
+        const unsigned long long vectors = copy_bytes / 16;
+        const double us = time_graph(stream, launches, o.replays, [&](int i) {
+          kernel(stream.get(), shape, weight(i), vectors, sink.get());
+        });
+        if (read_us == 0 || us < read_us) read_us = us;
+      }
+      std::printf("   chained read of %.1f MB per launch: %.2f us = %.1f%% of the ceiling\n", weight_bytes / 1e6,
+                  read_us, 100.0 * weight_bytes / (read_us * 1e3) / ceiling);
+    }
     for (int b : o.batches) {
       Row row;
       row.b = b;
       row.n = n;
       row.k = o.k;
       row.weight_bytes = weight_bytes;
+      row.read_us = read_us;
       const PoolerGemmShape shape = choose_gemm_shape(n, o.k, b);
       row.shape = describe(shape);
       const Lookup lookup = cache.get(pooler_gemm_form(b, n, o.k, shape), arch);
@@ -829,12 +845,27 @@ int run(const Options& o) {
         const std::vector<Lookup> compiled = cache.get_all(sweep_forms, arch);
         row.best_sweep_us = row.us_pdl;
         row.best_sweep_shape = row.shape + " (the rule's)";
+        // The rule's output on copy 0: an alternative with the same columns,
+        // split and warps over K sums in the same order, so gives these bits.
+        auto output = [&](const PoolerGemm& g) {
+          c_pooler.fill_bytes(0xFF);
+          g.launch(stream.get(), x.get(), weight(0), c_pooler.get(), true);
+          stream.synchronize();
+          std::vector<std::uint16_t> bits(static_cast<std::size_t>(b) * n);
+          c_pooler.download(bits.data(), bits.size() * 2);
+          return bits;
+        };
+        const std::vector<std::uint16_t> rule_bits = output(gemm);
         for (std::size_t i = 0; i < candidates.size(); ++i) {
           const PoolerGemm alternative(*compiled[i].entry, context.get(), b, n, o.k, candidates[i]);
           const double us = time_graph(stream, launches, o.replays, [&](int j) {
             alternative.launch(stream.get(), x.get(), weight(j), c_pooler.get(), true);
           });
-          std::printf("      sweep b %d N %d: %8.2f us (PDL)  %s\n", b, n, us, describe(candidates[i]).c_str());
+          const PoolerGemmShape& a = candidates[i];
+          const bool same_sums = a.outputs_per_block == shape.outputs_per_block && a.split_k == shape.split_k &&
+                                 a.warps_k == shape.warps_k && a.block_size == shape.block_size;
+          const char* bits = !same_sums ? "" : (output(alternative) == rule_bits ? "  [same bits]" : "  [BITS DIFFER]");
+          std::printf("      sweep b %d N %d: %8.2f us (PDL)  %s%s\n", b, n, us, describe(candidates[i]).c_str(), bits);
           if (us < row.best_sweep_us) {
             row.best_sweep_us = us;
             row.best_sweep_shape = describe(candidates[i]);
@@ -842,8 +873,9 @@ int run(const Options& o) {
         }
       }
       const double gbps_pdl = weight_bytes / (row.us_pdl * 1e3);
-      std::printf("%4d %5d %10.2f %10.2f %9.1f %6.1f%% %10.2f %8.2f %8.2f   %s%s\n", b, n, row.us, row.us_pdl,
-                  gbps_pdl, 100.0 * gbps_pdl / ceiling, row.cublas_us, row.cublas_us > 0 ? row.cublas_us / row.us : 0.0,
+      std::printf("%4d %5d %10.2f %10.2f %9.1f %6.1f%% %6.1f%% %10.2f %8.2f %8.2f   %s%s\n", b, n, row.us, row.us_pdl,
+                  gbps_pdl, 100.0 * gbps_pdl / ceiling, 100.0 * row.read_us / row.us_pdl, row.cublas_us,
+                  row.cublas_us > 0 ? row.cublas_us / row.us : 0.0,
                   row.cublas_us > 0 ? row.cublas_us / row.us_pdl : 0.0, row.shape.c_str(),
                   row.disagreements > 0
                       ? fmt::format("  (WARNING: {} outputs differ from cuBLAS)", row.disagreements).c_str()
@@ -855,7 +887,8 @@ int run(const Options& o) {
   }
   if (handle != nullptr) cublasDestroy(handle);
   std::printf("\npooler_us: PDL off; pdl_us: PDL on; GB/s and %%ceil: weight bytes / pdl_us against the %.1f GB/s "
-              "ceiling; x_cublas = cublas_us / pooler_us, x_pdl = cublas_us / pdl_us. Total %.1f s.\n",
+              "ceiling; %%read: the chained read of the same bytes per launch (above) / pdl_us; x_cublas = cublas_us / "
+              "pooler_us, x_pdl = cublas_us / pdl_us. Total %.1f s.\n",
               ceiling, elapsed());
 
   // ---- 4. the consumer kernels ----------------------------------------------------------
@@ -887,10 +920,11 @@ int run(const Options& o) {
           "    {{\"b\": {}, \"n\": {}, \"k\": {}, \"shape\": \"{}\", \"weight_bytes\": {:.0f}, \"us\": {:.3f}, "
           "\"us_pdl\": {:.3f}, \"gbps\": {:.1f}, \"gbps_pdl\": {:.1f}, \"percent_of_ceiling\": {:.1f}, "
           "\"percent_of_ceiling_pdl\": {:.1f}, \"cublas_us\": {:.3f}, \"speedup_vs_cublas\": {:.3f}, "
-          "\"speedup_pdl_vs_cublas\": {:.3f}, \"outputs_disagreeing_with_cublas\": {}",
+          "\"speedup_pdl_vs_cublas\": {:.3f}, \"outputs_disagreeing_with_cublas\": {}, \"chained_read_us\": {:.3f}, "
+          "\"pdl_percent_of_chained_read\": {:.1f}",
           r.b, r.n, r.k, json_escape(r.shape), r.weight_bytes, r.us, r.us_pdl, gbps, gbps_pdl, 100 * gbps / ceiling,
           100 * gbps_pdl / ceiling, r.cublas_us, r.cublas_us > 0 ? r.cublas_us / r.us : 0.0,
-          r.cublas_us > 0 ? r.cublas_us / r.us_pdl : 0.0, r.disagreements);
+          r.cublas_us > 0 ? r.cublas_us / r.us_pdl : 0.0, r.disagreements, r.read_us, 100 * r.read_us / r.us_pdl);
       if (o.sweep) {
         out << fmt::format(", \"best_sweep_us\": {:.3f}, \"best_sweep_shape\": \"{}\"", r.best_sweep_us,
                            json_escape(r.best_sweep_shape));
