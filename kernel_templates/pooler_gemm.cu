@@ -51,8 +51,7 @@
 //   its own pdl_wait, and fills its ring while the consumer polls, so several
 //   MB of w are on chip before this GEMM may start. (Tried and measured slower,
 //   docs/PERFORMANCE.md: cp.async.bulk per row, the TMA engine, which moved
-//   at most ~20 GB/s per SM for 64-1024-byte copies; and triggering the next
-//   launch at the start, which slowed N >= 1024 by 10-25%.)
+//   at most ~20 GB/s per SM for 64-1024-byte copies.)
 //   Rows are kChunkBytes apart; see kSwizzle for the banks.
 // - Split-K keeps every SM busy at small N: the SPLIT_K CTAs of a cluster read
 //   disjoint K slices of the same columns and reduce through distributed
@@ -314,6 +313,14 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
       Ring::commit();
     }
   }
+  // Where the prologue has issued every load of w this CTA makes (one round
+  // of registers, or a ring that holds the warp's whole K range), the next
+  // kernel may start at once: its prologue then overlaps all of this one
+  // (N = 512, K = 8192: 3.9 -> 3.2-3.4 us per launch on an H200). Where loads
+  // continue, it waits for the main loop: an earlier start, even only once
+  // the last load was issued, competed with them (10-30% slower at N >= 1024).
+  constexpr bool kAllOfWInPrologue = STAGES == 0 ? kIterations == 1 : STAGES == kChunks;
+  if constexpr (kAllOfWInPrologue) pdl_launch_dependents();
   // Cluster phase 1: every CTA of the cluster has started (its shared memory
   // may be written by its peers once this phase completes). Waited for just
   // before the epilogue's remote stores, so it costs nothing here.
@@ -455,7 +462,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 
   // Everything left is the reduction and the store of c: the next kernel may
   // start its own prologue.
-  pdl_launch_dependents();
+  if constexpr (!kAllOfWInPrologue) pdl_launch_dependents();
 
   // The fused publish's stage: the previous call's last consumer CTA advanced
   // it before that kernel completed, which pdl_wait (above) waited for. Loaded
