@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -27,16 +26,13 @@
 #include <iostream>
 #include <limits>
 #include <map>
-#include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "numerics.cuh"
-#include "pooler/error.hpp"
 #include "reference/reference.hpp"
 #include "runtime/device.hpp"
 #include "runtime/driver.hpp"
@@ -44,8 +40,9 @@
 #include "runtime/kernel_cache.hpp"
 #include "runtime/mailbox.hpp"
 #include "runtime/pooler_kernels.hpp"
-#include "support/gpu.hpp"
-#include "support/process.hpp"
+#include "support/device_io.hpp"
+#include "support/loopback.hpp"
+#include "support/refusal.hpp"
 
 namespace pooler {
 namespace {
@@ -66,41 +63,16 @@ using Bytes = std::vector<std::uint8_t>;
 
 std::size_t sz(int v) { return static_cast<std::size_t>(v); }
 
-// ---- waiting with a hard limit ----------------------------------------------------------
+// ---- device buffers, and waiting with a hard limit -------------------------------------
 
-// Waits for `stream`; a GPU that has not finished after `limit` seconds is hung (a
-// kernel that never returns cannot be recovered in-process), so the program ends with
-// a message naming `what`. Returns the seconds waited.
+using testing::download;
+using testing::poison;
+using testing::upload;
+
+// A GPU that has not finished after `limit` seconds is hung: the program ends with a
+// message naming `what`. Returns the seconds waited.
 double wait_or_die(CUstream stream, const std::string& what, double limit = kHangLimitSeconds) {
-  const auto start = std::chrono::steady_clock::now();
-  for (;;) {
-    const CUresult status = driver().cuStreamQuery(stream);
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (status == CUDA_SUCCESS) return waited;
-    if (status != CUDA_ERROR_NOT_READY) check(status, "cuStreamQuery", what);
-    if (waited > limit) {
-      std::fprintf(stderr, "\nFATAL: the GPU did not finish %s within %.0f s: a kernel hangs; aborting the test program\n",
-                   what.c_str(), limit);
-      std::fflush(stderr);
-      std::_Exit(3);
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
-void upload(const DeviceBuffer& buffer, const void* host, std::size_t bytes, CUstream stream) {
-  ASSERT_LE(bytes, buffer.bytes());
-  POOLER_CU(cuMemcpyHtoDAsync(buffer.get(), host, bytes, stream), "test upload");
-}
-
-template <class T>
-void download(const DeviceBuffer& buffer, std::vector<T>& host, CUstream stream) {
-  host.resize(buffer.bytes() / sizeof(T));
-  POOLER_CU(cuMemcpyDtoHAsync(host.data(), buffer.get(), buffer.bytes(), stream), "test download");
-}
-
-void poison(const DeviceBuffer& buffer, std::uint8_t value, CUstream stream) {
-  POOLER_CU(cuMemsetD8Async(buffer.get(), value, buffer.bytes(), stream), "test poison");
+  return testing::wait_for_stream(stream, what, limit);
 }
 
 // ---- values -------------------------------------------------------------------------------
@@ -144,16 +116,14 @@ Bf16s random_weight(std::mt19937_64& random) {
   return weight;
 }
 
-// ---- compiled forms, shared by the whole suite -----------------------------------------
+// ---- compiled forms, shared by the whole suite, and the fixture --------------------------
 
 struct TpForms {
   std::optional<LoadedForm> publish, nvfp4, bf16;
 };
 
-struct Suite {
-  explicit Suite(int ordinal) : context(ordinal), scope(context.get()) {
-    const std::string architecture = device_info(ordinal).architecture();
-    KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
+struct Suite : testing::LoopbackSuite {
+  explicit Suite(int ordinal) : LoopbackSuite(ordinal) {
     std::vector<Form> forms;
     for (int tp : kTps) {
       forms.push_back(publish_form(kPooled, tp, kCapacity));
@@ -162,7 +132,7 @@ struct Suite {
     }
     forms.push_back(stock_norm_form(kPooled, kEps, kGainCenter));
     forms.push_back(stock_quantize_form(kPooled));
-    const std::vector<Lookup> compiled = cache.get_all(forms, architecture);
+    const std::vector<Lookup> compiled = compile(forms);
     std::size_t i = 0;
     for (int tp : kTps) {
       TpForms& f = by_tp[tp];
@@ -174,17 +144,12 @@ struct Suite {
     stock_quantize.emplace(*compiled[i++].entry, context.get());
   }
 
-  PrimaryContext context;
-  ContextScope scope;
-  testing::ScratchDir dir;
   std::map<int, TpForms> by_tp;
   std::optional<LoadedForm> stock_norm, stock_quantize;
 };
 
-std::unique_ptr<Suite>& suite() {
-  static std::unique_ptr<Suite> instance;
-  return instance;
-}
+// The fixture; declared here, for the rig takes its forms from the suite.
+class ConsumerGpu : public testing::LoopbackTest<Suite> {};
 
 // ---- one rank's loopback mailbox with its kernels and buffers ---------------------------
 
@@ -226,7 +191,7 @@ class Rig {
         stock_packed_(packed_.bytes()),
         stock_scales_(scales_.bytes()),
         stock_normed_(normed_.bytes()) {
-    Suite& s = *suite();
+    Suite& s = ConsumerGpu::suite();
     TpForms& forms = s.by_tp.at(tp);
     fill_mailbox_sentinel(mailbox_.get(), layout_, stream_.get());
     // Loopback: every peer's mailbox is this one.
@@ -611,28 +576,7 @@ void expect_state(Rig& rig, int stage_used, int b, int calls, const std::string&
   EXPECT_FALSE(rig.state().timed_out()) << context << ": " << rig.state().describe_timeout();
 }
 
-// ---- the fixture ----------------------------------------------------------------------------
-
-class ConsumerGpu : public ::testing::TestWithParam<bool> {
- protected:
-  static void TearDownTestSuite() { suite().reset(); }
-
-  void SetUp() override {
-    POOLER_REQUIRE_GPUS(1);
-    if (!suite()) suite() = std::make_unique<Suite>(0);
-    seed_ = std::random_device{}();
-    random_.seed(seed_);
-    ::testing::Test::RecordProperty("seed", std::to_string(seed_));
-  }
-
-  bool pdl() const { return GetParam(); }
-  std::string context(int tp) const {
-    return "tp " + std::to_string(tp) + ", PDL " + (pdl() ? "on" : "off") + ", seed " + std::to_string(seed_);
-  }
-
-  std::mt19937_64 random_;
-  unsigned long long seed_ = 0;
-};
+// ---- the tests ------------------------------------------------------------------------------
 
 std::vector<int> batches_1_to_16_and_32() {
   std::vector<int> batches;
@@ -981,7 +925,7 @@ TEST_P(ConsumerGpu, GraphReplayAdvancesTheStageOnTheDevice) {
 
 // Launchers refuse a form of another shape, a bad rank and a bad b, before any launch.
 TEST_P(ConsumerGpu, LaunchersRejectBadArguments) {
-  Suite& s = *suite();
+  Suite& s = suite();
   Stream stream;
   MailboxState state(stream.get());
   DeviceBuffer mailbox(MailboxLayout::make(kPooled, 4, kCapacity).bytes());
@@ -990,35 +934,29 @@ TEST_P(ConsumerGpu, LaunchersRejectBadArguments) {
   const std::vector<CUdeviceptr> bases(4, mailbox.get());
   const MailboxPeers peers = make_peers(bases);
   const MailboxBinding binding = state.binding(mailbox.get());
-  auto rejected = [](auto make, const std::string& part) {
-    try {
-      make();
-      ADD_FAILURE() << "accepted; expected an InvalidArgument mentioning '" << part << "'";
-    } catch (const InvalidArgument& error) {
-      EXPECT_NE(std::string(error.what()).find(part), std::string::npos) << error.what();
-    }
-  };
+  using testing::expect_refused;
   // The tp 4 forms with a tp 2 layout.
-  rejected([&] { PublishLauncher(*s.by_tp.at(4).publish, tp2, 0, peers, state.state()); }, "pooler_publish_p4096_tp2");
-  rejected([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4, tp2, 0, binding); }, "expected a form named");
-  rejected([&] { Bf16ConsumerLauncher(*s.by_tp.at(4).nvfp4, tp4, 0, binding); }, "expected a form named");
-  rejected([&] { StockNormLauncher(*s.stock_quantize, kPooled, kCapacity); }, "pooler_stock_norm_p4096");
-  rejected([&] { PublishLauncher(*s.by_tp.at(4).publish, tp4, 4, peers, state.state()); }, "rank = 4");
-  rejected([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4, tp4, -1, binding); }, "rank = -1");
-  rejected([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4, tp4, 0, MailboxBinding{}); }, "non-null");
+  expect_refused([&] { PublishLauncher(*s.by_tp.at(4).publish, tp2, 0, peers, state.state()); },
+                 "pooler_publish_p4096_tp2");
+  expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4, tp2, 0, binding); }, "expected a form named");
+  expect_refused([&] { Bf16ConsumerLauncher(*s.by_tp.at(4).nvfp4, tp4, 0, binding); }, "expected a form named");
+  expect_refused([&] { StockNormLauncher(*s.stock_quantize, kPooled, kCapacity); }, "pooler_stock_norm_p4096");
+  expect_refused([&] { PublishLauncher(*s.by_tp.at(4).publish, tp4, 4, peers, state.state()); }, "rank = 4");
+  expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4, tp4, -1, binding); }, "rank = -1");
+  expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4, tp4, 0, MailboxBinding{}); }, "non-null");
   const MailboxPeers two = make_peers(std::vector<CUdeviceptr>(2, mailbox.get()));
-  rejected([&] { PublishLauncher(*s.by_tp.at(4).publish, tp4, 0, two, state.state()); }, "rank 2's mailbox base is null");
+  expect_refused([&] { PublishLauncher(*s.by_tp.at(4).publish, tp4, 0, two, state.state()); },
+                 "rank 2's mailbox base is null");
   const PublishLauncher publish(*s.by_tp.at(4).publish, tp4, 0, peers, state.state());
   const Nvfp4ConsumerLauncher consumer(*s.by_tp.at(4).nvfp4, tp4, 0, binding, kTestTimeoutNs);
-  rejected([&] { publish.launch(stream.get(), mailbox.get(), 0, pdl()); }, "b = 0");
-  rejected([&] { publish.launch(stream.get(), mailbox.get(), kCapacity + 1, pdl()); }, "b = 33");
-  rejected([&] { consumer.launch(stream.get(), 0, 0, 0, 0, 0, 0, pdl()); }, "b = 0");
+  expect_refused([&] { publish.launch(stream.get(), mailbox.get(), 0, pdl()); }, "b = 0");
+  expect_refused([&] { publish.launch(stream.get(), mailbox.get(), kCapacity + 1, pdl()); }, "b = 33");
+  expect_refused([&] { consumer.launch(stream.get(), 0, 0, 0, 0, 0, 0, pdl()); }, "b = 0");
   wait_or_die(stream.get(), "nothing (no launch happened)");
   EXPECT_EQ(state.read(stream.get()).calls, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Pdl, ConsumerGpu, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& param) { return param.param ? "pdl" : "plain"; });
+INSTANTIATE_TEST_SUITE_P(Pdl, ConsumerGpu, ::testing::Bool(), testing::pdl_param_name);
 
 }  // namespace
 }  // namespace pooler

@@ -26,21 +26,17 @@
 
 #include <algorithm>
 #include <array>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "pooler/error.hpp"
 #include "reference/reference.hpp"
 #include "runtime/device.hpp"
 #include "runtime/driver.hpp"
@@ -49,8 +45,9 @@
 #include "runtime/mailbox.hpp"
 #include "runtime/pooler_gemm.hpp"
 #include "runtime/pooler_kernels.hpp"
-#include "support/gpu.hpp"
-#include "support/process.hpp"
+#include "support/device_io.hpp"
+#include "support/loopback.hpp"
+#include "support/refusal.hpp"
 
 namespace pooler {
 namespace {
@@ -87,42 +84,14 @@ std::string hex(unsigned value, int digits) {
 
 std::uint16_t positive_zero(std::uint16_t h) { return h == 0x8000 ? std::uint16_t{0} : h; }
 
-// ---- waiting with a hard limit ----------------------------------------------------------
+// ---- device buffers, and waiting with a hard limit -------------------------------------
 
-// Waits for `stream`; a GPU that has not finished after `limit` seconds is hung (a kernel
-// that never returns cannot be recovered in-process), so the program ends with a message
-// naming `what`.
+using testing::upload;
+
+// A GPU that has not finished after `limit` seconds is hung: the program ends with a
+// message naming `what`.
 void wait_or_die(CUstream stream, const std::string& what, double limit = kHangLimitSeconds) {
-  const auto start = std::chrono::steady_clock::now();
-  for (;;) {
-    const CUresult status = driver().cuStreamQuery(stream);
-    if (status == CUDA_SUCCESS) return;
-    if (status != CUDA_ERROR_NOT_READY) check(status, "cuStreamQuery", what);
-    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (waited > limit) {
-      std::fprintf(stderr,
-                   "\nFATAL: the GPU did not finish %s within %.0f s: a kernel hangs; aborting the test program\n",
-                   what.c_str(), limit);
-      std::fflush(stderr);
-      std::_Exit(3);
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-}
-
-void poison(const DeviceBuffer& buffer, std::uint8_t value, CUstream stream) {
-  POOLER_CU(cuMemsetD8Async(buffer.get(), value, buffer.bytes(), stream), "test poison");
-}
-
-void upload(const DeviceBuffer& buffer, const void* host, std::size_t bytes, CUstream stream) {
-  ASSERT_LE(bytes, buffer.bytes());
-  POOLER_CU(cuMemcpyHtoDAsync(buffer.get(), host, bytes, stream), "test upload");
-}
-
-template <class T>
-void download(const DeviceBuffer& buffer, std::vector<T>& host, CUstream stream) {
-  host.resize(buffer.bytes() / sizeof(T));
-  POOLER_CU(cuMemcpyDtoHAsync(host.data(), buffer.get(), buffer.bytes(), stream), "test download");
+  testing::wait_for_stream(stream, what, limit);
 }
 
 // ---- inputs ---------------------------------------------------------------------------------
@@ -199,10 +168,8 @@ struct TpSetup {
   std::vector<DeviceBuffer> w;  // per rank, [n, K]
 };
 
-struct Suite {
-  explicit Suite(int ordinal) : context(ordinal), scope(context.get()) {
-    const std::string architecture = device_info(ordinal).architecture();
-    KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
+struct Suite : testing::LoopbackSuite {
+  explicit Suite(int ordinal) : LoopbackSuite(ordinal) {
     struct Gemm {
       int tp, b;
       bool fused;
@@ -226,7 +193,7 @@ struct Suite {
       forms.push_back(publish_form(kPooled, tp, kCapacity));
       forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
     }
-    const std::vector<Lookup> compiled = cache.get_all(forms, architecture);
+    const std::vector<Lookup> compiled = compile(forms);
     for (std::size_t i = 0; i < first_other; ++i) {
       const Gemm& g = gemms[i];
       TpSetup& setup = by_tp[g.tp];
@@ -251,16 +218,8 @@ struct Suite {
     }
   }
 
-  PrimaryContext context;
-  ContextScope scope;
-  testing::ScratchDir dir;
   std::map<int, TpSetup> by_tp;
 };
-
-std::unique_ptr<Suite>& suite() {
-  static std::unique_ptr<Suite> instance;
-  return instance;
-}
 
 // ---- one tp: two loopback mailboxes, the fused path and the existing one --------------------
 
@@ -375,18 +334,18 @@ class Rig {
     }
 
     void poison(std::uint8_t value, CUstream stream) const {
-      for (const DeviceBuffer& buffer : c) pooler::poison(buffer, value, stream);
-      pooler::poison(packed, value, stream);
-      pooler::poison(scales, value, stream);
+      for (const DeviceBuffer& buffer : c) testing::poison(buffer, value, stream);
+      testing::poison(packed, value, stream);
+      testing::poison(scales, value, stream);
     }
 
     // Enqueues the downloads; the state read synchronises the stream.
     void download(PathResult& out, CUstream stream) const {
       out.c.resize(c.size());
-      for (std::size_t r = 0; r < c.size(); ++r) pooler::download(c[r], out.c[r], stream);
-      pooler::download(packed, out.packed, stream);
-      pooler::download(scales, out.scales, stream);
-      pooler::download(mailbox, out.mailbox, stream);
+      for (std::size_t r = 0; r < c.size(); ++r) testing::download(c[r], out.c[r], stream);
+      testing::download(packed, out.packed, stream);
+      testing::download(scales, out.scales, stream);
+      testing::download(mailbox, out.mailbox, stream);
       out.state = state.read(stream);
       out.timeout = state.describe_timeout();
     }
@@ -518,31 +477,12 @@ long long expect_call_agrees(const Rig& rig, const CallResult& call, const std::
 
 // ---- the fixture ----------------------------------------------------------------------------
 
-class GemmPublishGpu : public ::testing::TestWithParam<bool> {
- protected:
-  static void TearDownTestSuite() { suite().reset(); }
-
-  void SetUp() override {
-    POOLER_REQUIRE_GPUS(1);
-    if (!suite()) suite() = std::make_unique<Suite>(0);
-    seed_ = std::random_device{}();
-    random_.seed(seed_);
-    ::testing::Test::RecordProperty("seed", std::to_string(seed_));
-  }
-
-  bool pdl() const { return GetParam(); }
-  std::string context(int tp) const {
-    return "tp " + std::to_string(tp) + ", PDL " + (pdl() ? "on" : "off") + ", seed " + std::to_string(seed_);
-  }
-
-  std::mt19937_64 random_;
-  unsigned long long seed_ = 0;
-};
+class GemmPublishGpu : public testing::LoopbackTest<Suite> {};
 
 TEST_P(GemmPublishGpu, FusedPublishMatchesTheExistingPath) {
   long long negative_zeros = 0;
   for (int tp : kTps) {
-    Rig rig(suite()->by_tp.at(tp), pdl(), random_);
+    Rig rig(suite().by_tp.at(tp), pdl(), random_);
     for (int b : kBatches) {
       for (Inputs inputs : {Inputs::random, Inputs::negative_zeros}) {
         const std::string where = context(tp) + ", b " + std::to_string(b) + ", " + to_string(inputs);
@@ -568,7 +508,7 @@ TEST_P(GemmPublishGpu, FusedPublishMatchesTheExistingPath) {
 TEST_P(GemmPublishGpu, TwentyCallsWithChangingBatch) {
   constexpr int kCalls = 20;
   for (int tp : kTps) {
-    Rig rig(suite()->by_tp.at(tp), pdl(), random_);
+    Rig rig(suite().by_tp.at(tp), pdl(), random_);
     int previous = 0;
     for (int call_index = 0; call_index < kCalls; ++call_index) {
       // Every call a different b than the one before: the clearing must follow the rows
@@ -594,7 +534,7 @@ TEST_P(GemmPublishGpu, GraphReplay) {
   for (int tp : {2, 8}) {
     constexpr int kB = 8;
     const std::string where = context(tp) + ", b " + std::to_string(kB) + ", graph";
-    Rig rig(suite()->by_tp.at(tp), pdl(), random_);
+    Rig rig(suite().by_tp.at(tp), pdl(), random_);
     rig.set_x(make_x(random_, kB, Inputs::negative_zeros));
     expect_call_agrees(rig, rig.call(kB, 0), where + ", eager call");
     CUgraph graph = nullptr;
@@ -620,7 +560,7 @@ TEST_P(GemmPublishGpu, GraphReplay) {
 // Each launcher refuses the other variant, and launch_publish refuses bad arguments,
 // before anything is launched.
 TEST_P(GemmPublishGpu, RefusesTheWrongVariantAndBadArguments) {
-  const TpSetup& setup = suite()->by_tp.at(4);
+  const TpSetup& setup = suite().by_tp.at(4);
   const PoolerGemm& fused = *setup.fused.at(8);
   const PoolerGemm& plain = *setup.plain.at(8);
   Stream stream;
@@ -628,51 +568,44 @@ TEST_P(GemmPublishGpu, RefusesTheWrongVariantAndBadArguments) {
   DeviceBuffer buffer(1 << 20);
   const MailboxPeers peers = make_peers(std::vector<CUdeviceptr>(4, buffer.get()));
   const CUdeviceptr p = buffer.get();
-  auto rejected = [](auto call, const std::string& part) {
-    try {
-      call();
-      ADD_FAILURE() << "accepted; expected an InvalidArgument mentioning '" << part << "'";
-    } catch (const InvalidArgument& error) {
-      EXPECT_NE(std::string(error.what()).find(part), std::string::npos) << error.what();
-    }
-  };
+  using testing::expect_refused;
   EXPECT_TRUE(fused.publishes());
   EXPECT_FALSE(plain.publishes());
-  rejected([&] { fused.launch(stream.get(), p, p, p, pdl()); }, "use launch_publish");
-  rejected([&] { plain.launch_publish(stream.get(), p, p, p, peers, state.state(), 0, pdl()); }, "does not publish");
-  rejected([&] { fused.launch_publish(stream.get(), p, p, p, peers, state.state(), 4, pdl()); }, "rank = 4");
-  rejected([&] { fused.launch_publish(stream.get(), p, p, p, peers, state.state(), -1, pdl()); }, "rank = -1");
-  rejected([&] { fused.launch_publish(stream.get(), p, p, p + 2, peers, state.state(), 0, pdl()); },
-           "16-byte aligned");
-  rejected([&] { fused.launch_publish(stream.get(), p, p, p, peers, 0, 0, pdl()); }, "state block");
+  expect_refused([&] { fused.launch(stream.get(), p, p, p, pdl()); }, "use launch_publish");
+  expect_refused([&] { plain.launch_publish(stream.get(), p, p, p, peers, state.state(), 0, pdl()); },
+                 "does not publish");
+  expect_refused([&] { fused.launch_publish(stream.get(), p, p, p, peers, state.state(), 4, pdl()); }, "rank = 4");
+  expect_refused([&] { fused.launch_publish(stream.get(), p, p, p, peers, state.state(), -1, pdl()); }, "rank = -1");
+  expect_refused([&] { fused.launch_publish(stream.get(), p, p, p + 2, peers, state.state(), 0, pdl()); },
+                 "16-byte aligned");
+  expect_refused([&] { fused.launch_publish(stream.get(), p, p, p, peers, 0, 0, pdl()); }, "state block");
   MailboxPeers missing = peers;
   missing.base[3] = 0;
-  rejected([&] { fused.launch_publish(stream.get(), p, p, p, missing, state.state(), 0, pdl()); },
-           "rank 3's mailbox base");
+  expect_refused([&] { fused.launch_publish(stream.get(), p, p, p, missing, state.state(), 0, pdl()); },
+                 "rank 3's mailbox base");
   MailboxPeers misaligned = peers;
   misaligned.base[1] += 8;
-  rejected([&] { fused.launch_publish(stream.get(), p, p, p, misaligned, state.state(), 0, pdl()); },
-           "rank 1's mailbox base");
+  expect_refused([&] { fused.launch_publish(stream.get(), p, p, p, misaligned, state.state(), 0, pdl()); },
+                 "rank 1's mailbox base");
   // An entry of one variant cannot be loaded as the other.
   const std::string architecture = device_info(0).architecture();
-  KernelCache cache(CacheLocation{suite()->dir.path(), true}, TemplateLibrary::instance());
+  KernelCache cache(CacheLocation{suite().dir.path(), true}, TemplateLibrary::instance());
   const PoolerGemmShape shape = choose_gemm_shape(setup.n, kHidden, 8);
   const GemmPublish publish{4, kCapacity};
   const Lookup fused_entry = cache.get(pooler_gemm_form(8, setup.n, kHidden, shape, &publish), architecture);
   const Lookup plain_entry = cache.get(pooler_gemm_form(8, setup.n, kHidden, shape), architecture);
-  rejected([&] { PoolerGemm(*fused_entry.entry, suite()->context.get(), 8, setup.n, kHidden, shape); },
-           "without publish");
-  rejected([&] { PoolerGemm(*plain_entry.entry, suite()->context.get(), 8, setup.n, kHidden, shape, &publish); },
-           "publish tp 4 capacity 32");
+  expect_refused([&] { PoolerGemm(*fused_entry.entry, suite().context.get(), 8, setup.n, kHidden, shape); },
+                 "without publish");
+  expect_refused([&] { PoolerGemm(*plain_entry.entry, suite().context.get(), 8, setup.n, kHidden, shape, &publish); },
+                 "publish tp 4 capacity 32");
   const GemmPublish other{4, 16};
-  rejected([&] { PoolerGemm(*fused_entry.entry, suite()->context.get(), 8, setup.n, kHidden, shape, &other); },
-           "CAPACITY=32");
+  expect_refused([&] { PoolerGemm(*fused_entry.entry, suite().context.get(), 8, setup.n, kHidden, shape, &other); },
+                 "CAPACITY=32");
   wait_or_die(stream.get(), "nothing (no launch happened)");
   EXPECT_EQ(state.read(stream.get()).calls, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Pdl, GemmPublishGpu, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& param) { return param.param ? "pdl" : "plain"; });
+INSTANTIATE_TEST_SUITE_P(Pdl, GemmPublishGpu, ::testing::Bool(), testing::pdl_param_name);
 
 }  // namespace
 }  // namespace pooler

@@ -2,8 +2,9 @@
 // process or as one process per rank, with nothing allowed to hang:
 //   - Watchdog: ends the program with a message (and whatever the test says about
 //     where each rank was) when a test outlives its limit;
-//   - wait_for_stream: polls a stream with a deadline instead of blocking in the
-//     driver (a hung kernel cannot be recovered in-process: the program ends);
+//   - wait_for_stream (support/device_io.hpp): polls a stream with a deadline
+//     instead of blocking in the driver (a hung kernel cannot be recovered
+//     in-process: the program ends);
 //   - NcclBarrier: a rank barrier through the communicator;
 //   - run_rank_processes / child_rank / finish_child: the parent re-executes this
 //     test program once per rank (fork, then execve at once), filtered to a child
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include "runtime/device.hpp"
+#include "support/device_io.hpp"
 
 namespace pooler::testing {
 
@@ -78,11 +80,6 @@ class RankProgress {
   mutable std::mutex mutex_;
   std::vector<std::string> where_;
 };
-
-// Polls `stream` until its work is done and returns the seconds waited. A stream
-// still busy after `limit_seconds` holds a hung kernel: the program ends with a
-// message naming `what` (exit code 3). Driver errors throw CudaError.
-double wait_for_stream(CUstream stream, const std::string& what, double limit_seconds = 60.0);
 
 // A rank barrier: an ncclAllReduce of one int on `stream`, waited for with a
 // deadline. Everything queued on `stream` before it has completed on this rank
