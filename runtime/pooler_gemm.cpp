@@ -64,7 +64,7 @@ long long shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s, bool
 // The ring for a register shape, in place, where it was measured to win
 // (docs/PERFORMANCE.md, H200): N >= 2048 with at most 8 rows. There, in the
 // pooler's chain, the GEMM fills its ring while the previous layer's consumer
-// polls, which saved 1.6-2.0 us per layer at TP2 (b 1-8). Below N = 2048 the
+// polls, which saved 1.3-2.2 us per layer at TP2 (b 1-8). Below N = 2048 the
 // GEMM alone was 5-25% slower with a ring than with registers (the fused chain
 // could not be measured there: no 4- or 8-GPU machine), and at 16 rows it
 // gained nothing in the chain and lost 2-4% alone. POOLER_GEMM_RING=off keeps
