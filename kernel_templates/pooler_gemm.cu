@@ -27,7 +27,8 @@
 // once); x (ROWS*K*2 bytes) sits in L2. What decides the speed is how many
 // bytes of w are in flight, and that nothing but w comes from HBM:
 // - w goes straight from global memory into tensor-core A fragments with
-//   16-byte loads: no shared-memory round trip, no extra instructions. Within
+//   16-byte loads (STAGES = 0; the ring, below, passes through shared memory
+//   in the same layout). Within
 //   one m16n8k16 MMA the K order is free (any permutation applied to both A
 //   and B gives the same dot products), so lane (g, q) loads the 8 contiguous
 //   bf16 w[row][8q .. 8q+7] of rows g and g+8 and uses them as K slots
@@ -59,8 +60,8 @@
 //   split the CTA's slice the same way. Every output sums its SPLIT_K*WARPS_K
 //   partials in one fixed order, so results are identical run to run.
 // - x is staged once per CTA (only its K slice, only ROWS rows) in shared
-//   memory with cp.async.cg (L2 only: x was just written by the previous
-//   kernel), after pdl_wait; the WARPS_N warps of the CTA share it.
+//   memory, bypassing L1 (x was just written by the previous kernel), after
+//   pdl_wait; the WARPS_N warps of the CTA share it.
 //
 // The fused publish (PUBLISH = 1) saves the publish kernel of the pooler gather
 // (publish.cu, mailbox.cuh) and its kernel boundary: the epilogue that writes c
