@@ -117,6 +117,19 @@ Form stock_quantize_form(int pooled) {
       .set("POOLED", pooled);
 }
 
+std::vector<Form> mailbox_kernel_forms(int pooled, const std::vector<int>& tps, int capacity, float eps,
+                                       float gain_center) {
+  std::vector<Form> forms;
+  for (int tp : tps) {
+    forms.push_back(publish_form(pooled, tp, capacity));
+    forms.push_back(nvfp4_consumer_form(pooled, tp, capacity, eps, gain_center));
+    forms.push_back(bf16_consumer_form(pooled, tp, capacity, eps, gain_center));
+  }
+  forms.push_back(stock_norm_form(pooled, eps, gain_center));
+  forms.push_back(stock_quantize_form(pooled));
+  return forms;
+}
+
 // ---- launchers -----------------------------------------------------------------------------
 
 PublishLauncher::PublishLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank,

@@ -10,6 +10,7 @@
 #include <cuda.h>
 
 #include <string>
+#include <vector>
 
 #include "runtime/form.hpp"
 #include "runtime/kernel.hpp"
@@ -37,6 +38,12 @@ Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain
 Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center);
 Form stock_norm_form(int pooled, float eps, float gain_center);
 Form stock_quantize_form(int pooled);
+
+// Every mailbox kernel of a pooled width, in this order: for each tp of `tps`
+// the publish, NVFP4 consumer and BF16 consumer forms, then the stock norm and
+// the stock quantize (the loopback tests and pooler-kernel-bench compile these).
+std::vector<Form> mailbox_kernel_forms(int pooled, const std::vector<int>& tps, int capacity, float eps,
+                                       float gain_center);
 
 // ---- launchers -------------------------------------------------------------------------
 // Constructors take the loaded form (InvalidArgument unless its name says it was built

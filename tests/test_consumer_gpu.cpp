@@ -124,15 +124,9 @@ struct TpForms {
 
 struct Suite : testing::LoopbackSuite {
   explicit Suite(int ordinal) : LoopbackSuite(ordinal) {
-    std::vector<Form> forms;
-    for (int tp : kTps) {
-      forms.push_back(publish_form(kPooled, tp, kCapacity));
-      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
-      forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
-    }
-    forms.push_back(stock_norm_form(kPooled, kEps, kGainCenter));
-    forms.push_back(stock_quantize_form(kPooled));
-    const std::vector<Lookup> compiled = compile(forms);
+    const std::vector<Lookup> compiled =
+        compile(mailbox_kernel_forms(kPooled, std::vector<int>(kTps.begin(), kTps.end()), kCapacity, kEps,
+                                     kGainCenter));
     std::size_t i = 0;
     for (int tp : kTps) {
       TpForms& f = by_tp[tp];

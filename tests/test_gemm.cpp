@@ -44,6 +44,32 @@ void expect_stub(const std::vector<KernelResources>& kernels, const std::string&
   EXPECT_LE(stub->registers, 16) << name << " should be an empty body";
 }
 
+// The checks every compiled GEMM form must pass: the architecture, `entry` a
+// real kernel and `stub` the empty one, no local memory or stack, registers
+// that let ctas_per_sm CTAs of the shape share an SM, only dynamic shared
+// memory. Returns the entry's registers (0 when it is missing).
+int expect_gemm_kernel(const CacheEntry& entry, const std::string& architecture, const PoolerGemmShape& shape,
+                       const std::string& kernel_name, const std::string& stub_name) {
+  EXPECT_EQ(cubin_architecture(entry.cubin), architecture);
+  const std::vector<KernelResources> kernels = read_cubin_resources(entry.cubin);
+  EXPECT_EQ(kernels.size(), 2u);
+  expect_stub(kernels, stub_name);
+  const KernelResources* found = find_kernel(kernels, kernel_name);
+  if (found == nullptr) return 0;
+  const KernelResources& kernel = *found;
+  EXPECT_EQ(kernel.local_bytes, 0) << "spills or a local array";
+  EXPECT_EQ(kernel.stack_bytes, 0);
+  EXPECT_GT(kernel.registers, 0);
+  EXPECT_LE(kernel.registers, 255);
+  // ctas_per_sm CTAs of the shape must fit an SM's 64K registers.
+  EXPECT_LE(kernel.registers * shape.block_size * shape.ctas_per_sm, 65536);
+  EXPECT_EQ(kernel.shared_bytes, 0) << "all shared memory is dynamic";
+  if (kernel.max_threads != 0) {
+    EXPECT_EQ(kernel.max_threads, shape.block_size);
+  }
+  return kernel.registers;
+}
+
 // The message of the InvalidArgument that `call` throws, or "" if it throws none.
 template <typename Call>
 std::string invalid_argument_of(Call call) {
@@ -81,27 +107,11 @@ TEST_P(GemmForms, EveryModelFormCompilesWithoutLocalMemory) {
   std::map<int, std::string> registers_by_n;
   for (std::size_t i = 0; i < lookups.size(); ++i) {
     const Case& c = cases[i];
-    const CacheEntry& entry = *lookups[i].entry;
     SCOPED_TRACE(::testing::Message() << forms[i].name() << " " << forms[i].describe_constants() << " for "
                                     << architecture);
-    EXPECT_EQ(cubin_architecture(entry.cubin), architecture);
-    const std::vector<KernelResources> kernels = read_cubin_resources(entry.cubin);
-    ASSERT_EQ(kernels.size(), 2u);
-    expect_stub(kernels, kPoolerGemmPublishEntry);
-    const KernelResources* found = find_kernel(kernels, kPoolerGemmEntry);
-    ASSERT_NE(found, nullptr);
-    const KernelResources& kernel = *found;
-    EXPECT_EQ(kernel.local_bytes, 0) << "spills or a local array";
-    EXPECT_EQ(kernel.stack_bytes, 0);
-    EXPECT_GT(kernel.registers, 0);
-    EXPECT_LE(kernel.registers, 255);
-    // ctas_per_sm CTAs of the shape must fit an SM's 64K registers.
-    EXPECT_LE(kernel.registers * c.shape.block_size * c.shape.ctas_per_sm, 65536);
-    EXPECT_EQ(kernel.shared_bytes, 0) << "all shared memory is dynamic";
-    if (kernel.max_threads != 0) {
-      EXPECT_EQ(kernel.max_threads, c.shape.block_size);
-    }
-    registers_by_n[c.n] += " " + std::to_string(kernel.registers) + (c.shape.ctas_per_sm == 1 ? "*" : "");
+    const int registers =
+        expect_gemm_kernel(*lookups[i].entry, architecture, c.shape, kPoolerGemmEntry, kPoolerGemmPublishEntry);
+    registers_by_n[c.n] += " " + std::to_string(registers) + (c.shape.ctas_per_sm == 1 ? "*" : "");
   }
   for (const auto& [n, line] : registers_by_n) {
     std::printf("[ registers ] %s N=%d K=%d rows 1..32 (* one CTA per SM):%s\n", architecture.c_str(), n, kHidden,
@@ -156,26 +166,11 @@ TEST_P(GemmPublishForms, EveryModelFormCompilesWithoutLocalMemory) {
   std::map<int, std::string> registers_by_tp;
   for (std::size_t i = 0; i < lookups.size(); ++i) {
     const Case& c = cases[i];
-    const CacheEntry& entry = *lookups[i].entry;
     SCOPED_TRACE(::testing::Message() << forms[i].name() << " " << forms[i].describe_constants() << " for "
                                     << architecture);
-    EXPECT_EQ(cubin_architecture(entry.cubin), architecture);
-    const std::vector<KernelResources> kernels = read_cubin_resources(entry.cubin);
-    ASSERT_EQ(kernels.size(), 2u);
-    expect_stub(kernels, kPoolerGemmEntry);
-    const KernelResources* found = find_kernel(kernels, kPoolerGemmPublishEntry);
-    ASSERT_NE(found, nullptr);
-    const KernelResources& kernel = *found;
-    EXPECT_EQ(kernel.local_bytes, 0) << "spills or a local array";
-    EXPECT_EQ(kernel.stack_bytes, 0);
-    EXPECT_GT(kernel.registers, 0);
-    EXPECT_LE(kernel.registers, 255);
-    EXPECT_LE(kernel.registers * c.shape.block_size * c.shape.ctas_per_sm, 65536);
-    EXPECT_EQ(kernel.shared_bytes, 0) << "all shared memory is dynamic";
-    if (kernel.max_threads != 0) {
-      EXPECT_EQ(kernel.max_threads, c.shape.block_size);
-    }
-    registers_by_tp[c.tp] += " " + std::to_string(kernel.registers) + (c.shape.ctas_per_sm == 1 ? "*" : "");
+    const int registers =
+        expect_gemm_kernel(*lookups[i].entry, architecture, c.shape, kPoolerGemmPublishEntry, kPoolerGemmEntry);
+    registers_by_tp[c.tp] += " " + std::to_string(registers) + (c.shape.ctas_per_sm == 1 ? "*" : "");
   }
   for (const auto& [tp, line] : registers_by_tp) {
     std::printf("[ registers ] %s publish tp=%d N=%d K=%d rows 1..16,32 (* one CTA per SM):%s\n",

@@ -18,6 +18,7 @@
 #include "runtime/kernel_cache.hpp"
 #include "support/forms.hpp"
 #include "support/process.hpp"
+#include "support/refusal.hpp"
 #include "support/stock_path.hpp"
 
 namespace pooler {
@@ -34,26 +35,8 @@ TensorView full_weight() { return TensorView::matrix(kWeight, DType::bf16, kPool
 TensorView norm_weight() { return TensorView::vector(kNorm, DType::bf16, kPooled); }
 TensorView global_scale() { return TensorView::scalar(kScale, DType::f32); }
 
-// The message of the InvalidArgument that `call` throws; fails the test if it
-// throws nothing or something else.
-std::string rejection(const std::function<void()>& call) {
-  try {
-    call();
-  } catch (const InvalidArgument& error) {
-    return error.what();
-  } catch (const std::exception& error) {
-    ADD_FAILURE() << "threw something other than InvalidArgument: " << error.what();
-    return {};
-  }
-  ADD_FAILURE() << "accepted; expected InvalidArgument";
-  return {};
-}
-
-void expect_mentions(const std::string& message, const std::vector<std::string>& parts) {
-  for (const std::string& part : parts) {
-    EXPECT_NE(message.find(part), std::string::npos) << "\"" << message << "\" does not mention \"" << part << "\"";
-  }
-}
+using testing::expect_mentions;
+using testing::rejection;
 
 // ---- TensorView ---------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@
 #include "runtime/pooler_kernels.hpp"
 #include "support/forms.hpp"
 #include "support/process.hpp"
+#include "support/refusal.hpp"
 
 namespace pooler {
 namespace {
@@ -26,17 +27,7 @@ constexpr int kCapacity = 32;
 constexpr float kEps = 1e-5f;
 constexpr float kGainCenter = 1.0f;
 
-std::vector<Form> every_form() {
-  std::vector<Form> forms;
-  for (int tp : {1, 2, 4, 8}) {
-    forms.push_back(publish_form(kPooled, tp, kCapacity));
-    forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
-    forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
-  }
-  forms.push_back(stock_norm_form(kPooled, kEps, kGainCenter));
-  forms.push_back(stock_quantize_form(kPooled));
-  return forms;
-}
+std::vector<Form> every_form() { return mailbox_kernel_forms(kPooled, {1, 2, 4, 8}, kCapacity, kEps, kGainCenter); }
 
 // The threads per CTA each entry point is declared for (__launch_bounds__).
 int declared_threads(const std::string& entry) {
@@ -68,23 +59,8 @@ TEST_P(PoolerForms, CompileWithoutLocalMemory) {
 INSTANTIATE_TEST_SUITE_P(Architectures, PoolerForms, ::testing::Values("sm_90", "sm_100a"),
                          [](const ::testing::TestParamInfo<const char*>& param) { return std::string(param.param); });
 
-// The message of the InvalidArgument that `call` throws (fails the test if none).
-template <class Call>
-std::string rejection(Call call) {
-  try {
-    call();
-  } catch (const InvalidArgument& error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "no InvalidArgument thrown";
-  return {};
-}
-
-void expect_mentions(const std::string& message, const std::vector<std::string>& parts) {
-  for (const std::string& part : parts) {
-    EXPECT_NE(message.find(part), std::string::npos) << "'" << message << "' does not mention '" << part << "'";
-  }
-}
+using testing::expect_mentions;
+using testing::rejection;
 
 TEST(PoolerFormArguments, TensorParallelSize) {
   for (int tp : {0, 3, 5, 16, -1}) {

@@ -22,22 +22,14 @@
 // every one of them; a thread per rank (each with its GPU's primary context
 // current) runs exactly the code an engine's rank runs.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <functional>
-#include <mutex>
+#include <optional>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,7 +46,6 @@
 #include "support/multi_gpu.hpp"
 #include "support/process.hpp"
 
-extern char** environ;
 
 namespace pooler {
 namespace {
@@ -65,6 +56,7 @@ constexpr std::chrono::seconds kWatchdogLimit{120};
 constexpr int kChildAlarmSeconds = 100;
 constexpr std::chrono::seconds kChildWaitLimit{110};
 constexpr const char* kChildTest = "SymmetricMailboxChild.RunsOneRank";
+constexpr const char* kChildPrefix = "POOLER_SYMMETRIC_CHILD_";
 
 Form peer_copy_form() {
   return Form("test_peer_copy", "test_peer_copy.cu", {"pooler_test_peer_copy"}).set("THREADS", kThreads);
@@ -73,6 +65,7 @@ Form peer_copy_form() {
 // The watchdog, the problem list and disable_nvls are the multi-GPU tests' own
 // (tests/support/multi_gpu.hpp).
 using testing::disable_nvls;
+using testing::fresh_seed;
 using testing::Problems;
 using testing::Watchdog;
 
@@ -335,11 +328,6 @@ std::shared_ptr<const CacheEntry> compile_for(KernelCache& cache, int ordinal) {
   return cache.get(peer_copy_form(), device_info(ordinal).architecture()).entry;
 }
 
-std::uint64_t fresh_seed() {
-  std::random_device random;
-  return (static_cast<std::uint64_t>(random()) << 32) ^ random();
-}
-
 TEST(SymmetricMailboxGpu, TwoRanksInOneProcess) {
   POOLER_REQUIRE_GPUS(kRanks);
   disable_nvls();
@@ -369,24 +357,11 @@ TEST(SymmetricMailboxGpu, TwoRanksInOneProcess) {
 }
 
 // ---- one process per GPU ----------------------------------------------------
-// The parent re-executes this test program (fork, then execve at once: the
-// parent has initialised CUDA, which a forked child may not use) with only
-// SymmetricMailboxChild.RunsOneRank selected. The ncclUniqueId reaches each
-// child through a pipe on its standard input; the rank, seed and kernel cache
-// through the environment. Each child exits with its number of problems and
-// leaves that number in a result file, so that a child that never ran the
-// scenario cannot pass.
-
-struct Child {
-  pid_t pid = -1;
-  int rank = 0;
-  bool finished = false;
-  int status = 0;
-};
-
-std::string result_path(const std::string& directory, int rank) {
-  return fmt::format("{}/rank{}.result", directory, rank);
-}
+// The parent re-executes this test program once per rank with only
+// SymmetricMailboxChild.RunsOneRank selected (support/multi_gpu.hpp's
+// run_rank_processes: the id through a pipe, the seed and kernel cache through
+// the environment, a result file per child so a child that never ran the
+// scenario cannot pass).
 
 TEST(SymmetricMailboxGpu, TwoRanksInTwoProcesses) {
   POOLER_REQUIRE_GPUS(kRanks);
@@ -400,166 +375,39 @@ TEST(SymmetricMailboxGpu, TwoRanksInTwoProcesses) {
     }
   }
   const std::uint64_t seed = fresh_seed();
+  SCOPED_TRACE(fmt::format("seed {}", seed));
   // Made here: NCCL's bootstrap root listens in this process while the
   // children join.
   const ncclUniqueId id = NcclComm::unique_id();
-
-  char executable[4096] = {};
-  const ssize_t length = ::readlink("/proc/self/exe", executable, sizeof(executable) - 1);
-  ASSERT_GT(length, 0) << "readlink /proc/self/exe: " << std::strerror(errno);
-  const std::string filter = std::string("--gtest_filter=") + kChildTest;
-
-  std::vector<Child> children(kRanks);
-  auto kill_children = [&children] {
-    for (Child& child : children) {
-      if (child.pid > 0 && !child.finished) {
-        ::kill(child.pid, SIGKILL);
-      }
-    }
-  };
-  Watchdog watchdog(kWatchdogLimit, "SymmetricMailboxGpu.TwoRanksInTwoProcesses", kill_children);
-  // A child that dies before reading its id must fail the test, not kill
-  // this process with SIGPIPE.
-  struct RestoreSigpipe {
-    void (*previous)(int) = ::signal(SIGPIPE, SIG_IGN);
-    ~RestoreSigpipe() { ::signal(SIGPIPE, previous); }
-  } restore_sigpipe;
-
-  for (int rank = 0; rank < kRanks; ++rank) {
-    // Everything the child needs is built before fork: between fork and
-    // execve only async-signal-safe calls are allowed.
-    std::vector<std::string> environment;
-    for (char** entry = environ; *entry != nullptr; ++entry) {
-      if (std::strncmp(*entry, "POOLER_SYMMETRIC_CHILD_", 23) != 0) {
-        environment.emplace_back(*entry);
-      }
-    }
-    environment.push_back(fmt::format("POOLER_SYMMETRIC_CHILD_RANK={}", rank));
-    environment.push_back(fmt::format("POOLER_SYMMETRIC_CHILD_RANKS={}", kRanks));
-    environment.push_back(fmt::format("POOLER_SYMMETRIC_CHILD_SEED={}", seed));
-    environment.push_back(fmt::format("POOLER_SYMMETRIC_CHILD_DIR={}", dir.path()));
-    std::vector<char*> envp;
-    for (std::string& entry : environment) envp.push_back(entry.data());
-    envp.push_back(nullptr);
-    std::vector<char*> argv = {executable, const_cast<char*>(filter.c_str()), nullptr};
-
-    int fds[2];
-    ASSERT_EQ(::pipe(fds), 0) << std::strerror(errno);
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0) << "fork: " << std::strerror(errno);
-    if (pid == 0) {
-      ::dup2(fds[0], 0);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      ::execve(executable, argv.data(), envp.data());
-      ::_exit(127);
-    }
-    ::close(fds[0]);
-    children[static_cast<std::size_t>(rank)].pid = pid;
-    children[static_cast<std::size_t>(rank)].rank = rank;
-    const ssize_t written = ::write(fds[1], &id, sizeof(id));
-    ::close(fds[1]);
-    EXPECT_EQ(written, static_cast<ssize_t>(sizeof(id))) << "writing the id to rank " << rank;
-  }
-
-  const auto deadline = std::chrono::steady_clock::now() + kChildWaitLimit;
-  for (bool waiting = true; waiting;) {
-    waiting = false;
-    for (Child& child : children) {
-      if (!child.finished) {
-        const pid_t done = ::waitpid(child.pid, &child.status, WNOHANG);
-        child.finished = done == child.pid;
-        waiting |= !child.finished;
-      }
-    }
-    if (waiting && std::chrono::steady_clock::now() > deadline) {
-      kill_children();
-      for (Child& child : children) {
-        if (!child.finished) {
-          ::waitpid(child.pid, &child.status, 0);
-          ADD_FAILURE() << "rank " << child.rank << " did not finish within " << kChildWaitLimit.count()
-                        << " s and was killed";
-          child.finished = true;
-          child.status = -1;
-        }
-      }
-      break;
-    }
-    if (waiting) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-
-  for (const Child& child : children) {
-    if (child.status == -1) {
-      continue;
-    }
-    if (WIFSIGNALED(child.status)) {
-      const int signal = WTERMSIG(child.status);
-      ADD_FAILURE() << "rank " << child.rank << " was killed by signal " << signal
-                    << (signal == SIGALRM ? " (its own alarm: it waited more than 100 s)" : "");
-      continue;
-    }
-    const int code = WEXITSTATUS(child.status);
-    EXPECT_EQ(code, 0) << "rank " << child.rank << " exited with " << code
-                       << (code == 127 ? " (execve failed)" : " problem(s); see its [rank] lines above")
-                       << ", seed " << seed;
-    std::ifstream result(result_path(dir.path(), child.rank));
-    int reported = -1;
-    result >> reported;
-    EXPECT_EQ(reported, 0) << "rank " << child.rank
-                           << (reported < 0 ? " left no result: it did not run the scenario" : " reported problems");
-  }
+  testing::RankProcesses spec;
+  spec.child_test = kChildTest;
+  spec.prefix = kChildPrefix;
+  spec.ranks = kRanks;
+  spec.variables = {{"SEED", std::to_string(seed)}};
+  spec.directory = dir.path();
+  spec.limit = kChildWaitLimit;  // the children's own alarm fires first
+  testing::run_rank_processes(spec, id);
 }
 
 // Runs only as a child of TwoRanksInTwoProcesses (skipped otherwise).
 TEST(SymmetricMailboxChild, RunsOneRank) {
-  const char* rank_text = std::getenv("POOLER_SYMMETRIC_CHILD_RANK");
-  if (rank_text == nullptr) {
+  Problems problems;
+  const std::optional<testing::ChildRank> child = testing::child_rank(kChildPrefix, problems);
+  if (!child) {
     GTEST_SKIP() << "runs only as a child process of SymmetricMailboxGpu.TwoRanksInTwoProcesses";
   }
   ::alarm(kChildAlarmSeconds);
-  auto variable = [](const char* name) {
-    const char* value = std::getenv(name);
-    return std::string(value != nullptr ? value : "");
-  };
-  const int rank = std::atoi(rank_text);
-  const int ranks = std::atoi(variable("POOLER_SYMMETRIC_CHILD_RANKS").c_str());
-  const std::uint64_t seed = std::strtoull(variable("POOLER_SYMMETRIC_CHILD_SEED").c_str(), nullptr, 10);
-  const std::string directory = variable("POOLER_SYMMETRIC_CHILD_DIR");
-
-  Problems problems;
-  problems.rank = rank;
-  ncclUniqueId id;
-  std::size_t have = 0;
-  while (have < sizeof(id)) {
-    const ssize_t got = ::read(0, reinterpret_cast<char*>(&id) + have, sizeof(id) - have);
-    if (got <= 0) {
-      break;
-    }
-    have += static_cast<std::size_t>(got);
-  }
-  if (ranks < 1 || rank < 0 || rank >= ranks || directory.empty()) {
-    problems.add(fmt::format("bad child environment: rank {} of {}, directory \"{}\"", rank, ranks, directory));
-  } else if (have != sizeof(id)) {
-    problems.add(fmt::format("read {} of the id's {} bytes from the pipe", have, sizeof(id)));
-  } else {
+  const std::uint64_t seed = std::strtoull(testing::child_variable(kChildPrefix, "SEED").c_str(), nullptr, 10);
+  if (problems.count == 0) {
     try {
-      KernelCache cache(CacheLocation{directory, true}, TemplateLibrary::instance());
-      const auto entry = compile_for(cache, rank);
-      problems = run_rank_on_gpu(rank, ranks, id, *entry, seed);
+      KernelCache cache(CacheLocation{child->directory, true}, TemplateLibrary::instance());
+      const auto entry = compile_for(cache, child->rank);
+      problems = run_rank_on_gpu(child->rank, child->ranks, child->id, *entry, seed);
     } catch (const std::exception& error) {
       problems.add(fmt::format("threw: {}", error.what()));
     }
   }
-  std::fprintf(stderr, "%s[rank %d] %s: %d problem(s)\n", problems.text().c_str(), rank,
-               problems.count == 0 ? "passed" : "FAILED", problems.count);
-  if (!directory.empty()) {
-    std::ofstream(result_path(directory, rank)) << problems.count << "\n";
-  }
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::_Exit(std::min(problems.count, 120));
+  testing::finish_child(*child, problems);
 }
 
 }  // namespace

@@ -135,6 +135,22 @@ std::optional<CacheEntry> load_entry(const DiskCache& cache, const std::string& 
   }
 }
 
+// The entry whose key starts with `prefix`, loaded and checked, or an exit code
+// (the reason printed).
+int find_entry(const DiskCache& cache, const std::string& prefix, std::optional<CacheEntry>& entry) {
+  std::string key;
+  if (int status = resolve_key(cache, prefix, key); status != kOk) {
+    return status;
+  }
+  std::string why;
+  entry = load_entry(cache, key, why);
+  if (!entry) {
+    fmt::print(stderr, "pooler-cubin: entry {} is bad: {}\n", key, why);
+    return kFailed;
+  }
+  return kOk;
+}
+
 void print_resources(const CacheEntry& entry) {
   try {
     for (const KernelResources& kernel : read_cubin_resources(entry.cubin)) {
@@ -167,15 +183,9 @@ int list(const DiskCache& cache) {
 }
 
 int show(const DiskCache& cache, const std::string& prefix) {
-  std::string key;
-  if (int status = resolve_key(cache, prefix, key); status != kOk) {
+  std::optional<CacheEntry> entry;
+  if (int status = find_entry(cache, prefix, entry); status != kOk) {
     return status;
-  }
-  std::string why;
-  const auto entry = load_entry(cache, key, why);
-  if (!entry) {
-    fmt::print(stderr, "pooler-cubin: entry {} is bad: {}\n", key, why);
-    return kFailed;
   }
   fmt::print("key:          {}\nform:         {}\ntemplate:     {}\nkernels:      {}\nconstants:    {}\n"
              "architecture: {}\ncompiler:     {}\noptions:      {}\ncompile time: {:.3f} s\ncubin bytes:  {}\n",
@@ -209,15 +219,9 @@ std::string find_program(const std::string& name) {
 }
 
 int sass(const DiskCache& cache, const std::string& prefix) {
-  std::string key;
-  if (int status = resolve_key(cache, prefix, key); status != kOk) {
+  std::optional<CacheEntry> entry;
+  if (int status = find_entry(cache, prefix, entry); status != kOk) {
     return status;
-  }
-  std::string why;
-  const auto entry = load_entry(cache, key, why);
-  if (!entry) {
-    fmt::print(stderr, "pooler-cubin: entry {} is bad: {}\n", key, why);
-    return kFailed;
   }
   std::vector<std::string> command;
   if (std::string nvdisasm = find_program("nvdisasm"); !nvdisasm.empty()) {
@@ -229,7 +233,8 @@ int sass(const DiskCache& cache, const std::string& prefix) {
                        "/usr/local/cuda/bin); install the CUDA toolkit's binary utilities to see SASS\n");
     return kNoTool;
   }
-  const fs::path file = fs::temp_directory_path() / fmt::format("pooler-cubin-{}-{}.cubin", key.substr(0, 12), ::getpid());
+  const fs::path file =
+      fs::temp_directory_path() / fmt::format("pooler-cubin-{}-{}.cubin", entry->key.substr(0, 12), ::getpid());
   {
     std::ofstream out(file, std::ios::binary);
     out.write(reinterpret_cast<const char*>(entry->cubin.data()), static_cast<std::streamsize>(entry->cubin.size()));

@@ -263,7 +263,6 @@ std::vector<PoolerGemmShape> sweep_shapes(int n, int k, int rows) {
   };
   PoolerGemmShape registers = choose_register_gemm_shape(n, k, rows);
   add(registers);
-  registers.stages = 0;
   for (int unroll : {16, 8, 4, 2, 1}) {
     for (const int budget : {110 * 1024, kMaxGemmSharedBytes}) {
       for (int stages = 32; stages >= 1; --stages) {
@@ -326,15 +325,7 @@ constexpr unsigned long long kConsumerTimeoutNs = 1'000'000'000ull;
 std::size_t sz(int v) { return static_cast<std::size_t>(v); }
 
 std::vector<Form> consumer_forms(const std::vector<int>& tps) {
-  std::vector<Form> forms;
-  for (int tp : tps) {
-    forms.push_back(publish_form(kConsumerPooled, tp, kConsumerCapacity));
-    forms.push_back(nvfp4_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter));
-    forms.push_back(bf16_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter));
-  }
-  forms.push_back(stock_norm_form(kConsumerPooled, kConsumerEps, kConsumerGainCenter));
-  forms.push_back(stock_quantize_form(kConsumerPooled));
-  return forms;
+  return mailbox_kernel_forms(kConsumerPooled, tps, kConsumerCapacity, kConsumerEps, kConsumerGainCenter);
 }
 
 // BF16 bits of a finite float, rounded to nearest even; -0.0 becomes +0.0, so that the
