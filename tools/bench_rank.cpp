@@ -27,6 +27,7 @@
 #include "runtime/pooler_forms.hpp"
 #include "runtime/pooler_kernels.hpp"
 #include "tools/bench_forms.hpp"
+#include "tools/bench_graph.hpp"
 
 namespace pooler::bench {
 namespace {
@@ -86,38 +87,6 @@ class Progress {
  private:
   bool enabled_;
   Clock::time_point start_;
-};
-
-// A CUDA graph of what `enqueue` puts on `stream`, instantiated.
-class Graph {
- public:
-  template <typename Enqueue>
-  Graph(CUstream stream, const char* what, Enqueue&& enqueue) : what_(what) {
-    POOLER_CU(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), what);
-    try {
-      enqueue();
-    } catch (...) {
-      CUgraph abandoned = nullptr;
-      driver().cuStreamEndCapture(stream, &abandoned);
-      if (abandoned != nullptr) driver().cuGraphDestroy(abandoned);
-      throw;
-    }
-    POOLER_CU(cuStreamEndCapture(stream, &graph_), what);
-    POOLER_CU(cuGraphInstantiateWithFlags(&exec_, graph_, 0), what);
-  }
-  ~Graph() {
-    if (exec_ != nullptr) driver().cuGraphExecDestroy(exec_);
-    if (graph_ != nullptr) driver().cuGraphDestroy(graph_);
-  }
-  Graph(const Graph&) = delete;
-  Graph& operator=(const Graph&) = delete;
-
-  void launch(CUstream stream) const { POOLER_CU(cuGraphLaunch(exec_, stream), what_); }
-
- private:
-  const char* what_;
-  CUgraph graph_ = nullptr;
-  CUgraphExec exec_ = nullptr;
 };
 
 // Host copies of one layer's outputs. The stock side also keeps the gathered
