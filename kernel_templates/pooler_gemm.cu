@@ -15,6 +15,8 @@
 //   MIN_CTAS     CTAs per SM promised to __launch_bounds__ (1 or 2)
 //   SMEM_BYTES   dynamic shared memory the host launches with (checked below)
 //   PUBLISH      1: the fused publish of the pooler gather (below); 0: the plain GEMM
+//   TRACE        1: thread 0 of every CTA records when it passes seven points of
+//                the kernel (below, pooler-kernel-bench --trace); 0: no trace
 //   TP, CAPACITY the mailbox's ranks and rows per slot (PUBLISH = 1; 0 otherwise);
 //                the mailbox's shard width W is N
 //
@@ -79,6 +81,13 @@
 #include "numerics.cuh"
 #include "pdl.cuh"
 #include "mailbox.cuh"
+
+// The trace's records (TRACE = 1; gemm_detail::Trace says what they hold), by
+// unmangled names that the host looks up: 16 launches of every CTA, 8 words each.
+extern "C" {
+__device__ unsigned pooler_gemm_trace_launches[TRACE ? N / (16 * TILES * WARPS_N) * SPLIT_K : 1];
+__device__ unsigned long long pooler_gemm_trace[TRACE ? 16 * (N / (16 * TILES * WARPS_N) * SPLIT_K) * 8 : 1];
+}
 
 namespace gemm_detail {
 
@@ -154,6 +163,7 @@ static_assert(SMEM_BYTES == kSharedBytes, "host and template disagree on the sha
 static_assert(STAGES >= 0 && STAGES <= kChunks, "STAGES must lie in [0, the chunks each warp streams]");
 static_assert(kChunkBytes % 128 == 0 || kChunkBytes == 64, "a ring row is 64 bytes or whole 128-byte lines");
 static_assert(PUBLISH == 0 || PUBLISH == 1, "PUBLISH must be 0 or 1");
+static_assert(TRACE == 0 || TRACE == 1, "TRACE must be 0 or 1");
 static_assert(!PUBLISH || (TP >= 1 && TP <= pooler::kMailboxMaxPeers), "TP must lie in [1, kMailboxMaxPeers]");
 static_assert(!PUBLISH || (CAPACITY >= ROWS), "a mailbox slot must hold ROWS rows");
 // Lane 8j gathers 8 consecutive outputs of one row: whole 8-column pieces per
@@ -162,6 +172,49 @@ static_assert(!PUBLISH || kOwned % 8 == 0, "the fused publish stores 8 columns a
 
 struct __align__(16) U32x4 {
   u32 x, y, z, w;
+};
+
+// The trace (TRACE = 1 only): where a launch's time goes, per CTA. Thread 0 of
+// CTA b records %globaltimer (ns) at kTraceMarks points into
+// pooler_gemm_trace[launch][b], and in the last word its SM (high half) and b.
+// launch counts the launches of this form since the host zeroed the counters:
+// every CTA of a launch starts before any CTA of the next one (PDL starts the
+// next launch only once all of them have asked for it), so CTA b's own count
+// is the launch's number. Launches past kTraceLaunches are not recorded.
+constexpr int kTraceMarks = 7;  // start, issued, waited, x staged, first data, loop done, done
+constexpr int kTraceLaunches = 16;
+constexpr int kGridCtas = N / kColumnsPerCta * SPLIT_K;
+static_assert(sizeof(pooler_gemm_trace_launches) == sizeof(unsigned) * (TRACE ? kGridCtas : 1) &&
+                  sizeof(pooler_gemm_trace) ==
+                      sizeof(unsigned long long) * (TRACE ? kTraceLaunches * kGridCtas * (kTraceMarks + 1) : 1),
+              "the trace's variables (above the namespace) hold kTraceLaunches launches of every CTA");
+
+struct Trace {
+  unsigned long long* record = nullptr;  // this CTA's record (thread 0 only), or null
+
+  __device__ __forceinline__ void start(unsigned thread_x) {
+    if constexpr (TRACE) {
+      if (thread_x != 0) return;
+      const unsigned long long now = timer();
+      const unsigned launch = atomicAdd(&pooler_gemm_trace_launches[blockIdx.x], 1u);
+      if (launch >= kTraceLaunches) return;
+      record = pooler_gemm_trace + (launch * kGridCtas + blockIdx.x) * (kTraceMarks + 1);
+      unsigned sm;
+      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+      record[0] = now;
+      record[kTraceMarks] = (static_cast<unsigned long long>(sm) << 32) | blockIdx.x;
+    }
+  }
+  __device__ __forceinline__ void mark(int point) const {
+    if constexpr (TRACE) {
+      if (record != nullptr) record[point] = timer();
+    }
+  }
+  __device__ __forceinline__ static unsigned long long timer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+  }
 };
 
 // The L2 policy of every load of w: evict first. w is read once per call, so
@@ -330,6 +383,8 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   const u16* w_lane = w + (static_cast<unsigned long long>(block * kColumnsPerCta + warp_column + g) * K +
                            static_cast<unsigned long long>(split * kSliceK + warp_k0 + 8 * q));
 
+  Trace trace;
+  trace.start(thread_x);
   const unsigned long long policy = w_policy();
   // Prologue, before pdl_wait: the first K_UNROLL steps of w into registers,
   // or the first STAGES chunks into the warp's ring.
@@ -361,6 +416,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // continue, it waits for the main loop: an earlier start, even only once
   // the last load was issued, competed with them (10-30% slower at N >= 1024).
   constexpr bool kAllOfWInPrologue = STAGES == 0 ? kIterations == 1 : STAGES == kChunks;
+  trace.mark(1);  // the prologue's loads are issued
   if constexpr (kAllOfWInPrologue) pdl_launch_dependents();
   // Cluster phase 1: every CTA of the cluster has started (its shared memory
   // may be written by its peers once this phase completes). Waited for just
@@ -371,6 +427,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // (never taken: x is never null) is what keeps ptxas from scheduling
   // griddepcontrol.wait above the prologue's loads, which it otherwise does.
   if (x != nullptr) pdl_wait();
+  trace.mark(2);  // the previous kernel has completed
 
   // Stage x[0..ROWS)[slice] into shared memory, 16 bytes at a time: by
   // cp.async without a ring; with one by plain loads, since waiting for a
@@ -404,6 +461,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     }
     __syncthreads();
   }
+  trace.mark(3);  // x is staged
 
   // Lane's x fragment for batch tile b, step j: 16 bytes at
   // x_lane + b * 8 * kXPitch + 64 j (row g + 8b, the warp's K range).
@@ -432,6 +490,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     for (int chunk = 0; chunk < kChunks; ++chunk) {
       const u32 stage = ring.stages + (chunk % STAGES) * kStageBytes + lane_offset;
       Ring::wait();
+      if (chunk == 0) trace.mark(4);  // the first chunk of w has arrived
 #pragma unroll
       for (int u = 0; u < K_UNROLL; ++u) {
         U32x4 xf[kBatchTiles];
@@ -471,7 +530,9 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     }
     w_next += 32 * K_UNROLL;
     x_step += 64 * K_UNROLL;
+    if (iteration == 0) trace.mark(4);  // the prologue's w has arrived and been used
   }
+  trace.mark(5);  // every MMA of this CTA is done
 
   // Everything left is the reduction and the store of c: the next kernel may
   // start its own prologue.
@@ -535,6 +596,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
       for (int p = 1; p < kPartials; ++p) sum += slot[p * 8 * kBatchTiles * kOwnedPitch];
       c[static_cast<unsigned long long>(r) * N + first_column + owned] = pooler::bf16_from_float_hw(sum);
     }
+    trace.mark(6);  // this thread's outputs are stored
   } else {
     if (split >= kOwners) return;  // this rank finishes no columns (uniform over the CTA)
     // Every thread sums one output as above (the same bits), in rounds that
@@ -577,6 +639,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
         }
       }
     }
+    trace.mark(6);  // this thread's outputs are stored and published
   }
 }
 

@@ -72,6 +72,7 @@ inline constexpr int kDriverApiVersion = 13000;
   X(cuLibraryLoadData, 13000)            \
   X(cuLibraryUnload, 13000)              \
   X(cuLibraryGetKernel, 13000)           \
+  X(cuLibraryGetGlobal, 13000)           \
   X(cuKernelGetFunction, 13000)          \
   X(cuFuncGetAttribute, 13000)           \
   X(cuFuncSetAttribute, 13000)           \

@@ -68,6 +68,14 @@ LoadedForm::~LoadedForm() {
   }
 }
 
+LoadedForm::Global LoadedForm::global(const std::string& name) const {
+  ContextScope scope(context_);
+  Global g;
+  POOLER_CU(cuLibraryGetGlobal(&g.pointer, &g.bytes, library_, name.c_str()),
+            fmt::format("device variable {} of form {}", name, form_));
+  return g;
+}
+
 Kernel LoadedForm::kernel(const std::string& name) const {
   CUkernel handle = nullptr;
   POOLER_CU(cuLibraryGetKernel(&handle, library_, name.c_str()), fmt::format("entry point {} of form {}", name, form_));

@@ -10,6 +10,7 @@
 
 #include <cuda.h>
 
+#include <cstddef>
 #include <string>
 #include <utility>
 
@@ -66,6 +67,13 @@ class LoadedForm {
 
   // The entry point `name`; throws naming the form when it has none.
   Kernel kernel(const std::string& name) const;
+  // The __device__ variable `name` in the loaded context; throws naming the
+  // form when it has none.
+  struct Global {
+    CUdeviceptr pointer = 0;
+    std::size_t bytes = 0;
+  };
+  Global global(const std::string& name) const;
   const std::string& form() const { return form_; }
 
  private:

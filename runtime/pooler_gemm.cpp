@@ -306,11 +306,12 @@ LaunchShape pooler_gemm_launch_shape(int rows, int n, int k, const PoolerGemmSha
   return launch;
 }
 
-Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish) {
+Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish, bool trace) {
   const int bytes = pooler_gemm_shared_bytes(rows, n, k, shape, publish);  // validates
   const std::string name =
       fmt::format("pooler_gemm_b{}_n{}_k{}", rows, n, k) +
-      (publish ? fmt::format("_pub_tp{}_cap{}", publish->tp, publish->capacity) : std::string());
+      (publish ? fmt::format("_pub_tp{}_cap{}", publish->tp, publish->capacity) : std::string()) +
+      (trace ? "_trace" : "");
   // Forms without publish set TP and CAPACITY to 0 too: the template names
   // them in code that only PUBLISH = 1 compiles, and C++ wants them declared.
   return Form(name, "pooler_gemm.cu", {publish ? kPoolerGemmPublishEntry : kPoolerGemmEntry})
@@ -327,14 +328,15 @@ Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, cons
       .set("K_UNROLL", shape.k_unroll)
       .set("STAGES", shape.stages)
       .set("MIN_CTAS", shape.ctas_per_sm)
-      .set("SMEM_BYTES", bytes);
+      .set("SMEM_BYTES", bytes)
+      .set("TRACE", trace ? 1 : 0);
 }
 
 namespace {
 
 const CacheEntry& checked_entry(const CacheEntry& entry, int rows, int n, int k, const PoolerGemmShape& shape,
-                                const GemmPublish* publish) {
-  const Form expected = pooler_gemm_form(rows, n, k, shape, publish);
+                                const GemmPublish* publish, bool trace) {
+  const Form expected = pooler_gemm_form(rows, n, k, shape, publish, trace);
   if (entry.template_file != expected.template_file() || entry.constants != expected.describe_constants()) {
     throw InvalidArgument(fmt::format("pooler GEMM: cache entry {} ({}: {}) is not the form for rows {}, N {}, K {}, "
                                       "{}{} ({})",
@@ -350,16 +352,37 @@ const CacheEntry& checked_entry(const CacheEntry& entry, int rows, int n, int k,
 }  // namespace
 
 PoolerGemm::PoolerGemm(const CacheEntry& entry, CUcontext context, int rows, int n, int k,
-                       const PoolerGemmShape& shape, const GemmPublish* publish)
+                       const PoolerGemmShape& shape, const GemmPublish* publish, bool trace)
     : rows_(rows),
       n_(n),
       k_(k),
       shape_(shape),
       publish_(publish ? *publish : GemmPublish{}),
       launch_(pooler_gemm_launch_shape(rows, n, k, shape, publish)),
-      loaded_(checked_entry(entry, rows, n, k, shape, publish), context),
+      trace_(trace),
+      loaded_(checked_entry(entry, rows, n, k, shape, publish, trace), context),
       kernel_(loaded_.kernel(publish ? kPoolerGemmPublishEntry : kPoolerGemmEntry)) {
   if (launch_.shared_bytes > 48 * 1024) kernel_.allow_shared_bytes(static_cast<int>(launch_.shared_bytes));
+}
+
+GemmTrace PoolerGemm::trace() const {
+  if (!trace_) {
+    throw InvalidArgument(
+        fmt::format("pooler GEMM trace: the form (rows {}, N {}) was not built with trace", rows_, n_));
+  }
+  GemmTrace t;
+  t.ctas = static_cast<int>(launch_.grid_x);
+  t.launches = loaded_.global("pooler_gemm_trace_launches");
+  t.records = loaded_.global("pooler_gemm_trace");
+  const std::size_t ctas = static_cast<std::size_t>(t.ctas);
+  const std::size_t records = static_cast<std::size_t>(kGemmTraceLaunches) * ctas * (kGemmTraceMarks + 1) * 8;
+  if (t.launches.bytes != ctas * 4 || t.records.bytes != records) {
+    throw InvalidArgument(fmt::format("pooler GEMM trace: the form's trace variables have {} and {} bytes; expected {} "
+                                      "and {} ({} CTAs, {} launches of {} marks)",
+                                      t.launches.bytes, t.records.bytes, ctas * 4, records, t.ctas, kGemmTraceLaunches,
+                                      kGemmTraceMarks));
+  }
+  return t;
 }
 
 void PoolerGemm::launch(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, bool pdl) const {

@@ -76,8 +76,28 @@ LaunchShape pooler_gemm_launch_shape(int rows, int n, int k, const PoolerGemmSha
 // The compiled form: template pooler_gemm.cu, entry point "pooler_gemm"; with
 // `publish`, entry point "pooler_gemm_publish" and the name suffix
 // "_pub_tp{tp}_cap{capacity}". Validates first. Forms without `publish` compile
-// the GEMM exactly as before the fused publish existed.
-Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish = nullptr);
+// the GEMM exactly as before the fused publish existed. With `trace` (a
+// diagnostic: pooler-kernel-bench --trace) the name ends in "_trace" and the
+// kernel also records per CTA when it passes seven points (GemmTrace).
+Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish = nullptr,
+                      bool trace = false);
+
+// What a trace form records, in its module's __device__ variables:
+// launches[cta] counts the launches CTA cta has started since the host zeroed
+// it, and records[launch][cta][kGemmTraceMarks + 1] holds, for the first
+// kGemmTraceLaunches launches, %globaltimer (ns) when thread 0 of the CTA
+// passed each mark, then (SM << 32) | cta. A mark a CTA did not pass is 0 (a
+// fused-publish CTA that finishes no columns never reaches kDone).
+struct GemmTrace {
+  enum Mark { kStart, kIssued, kWaited, kXStaged, kFirstData, kLoopDone, kDone };
+  static constexpr const char* kMarkNames[] = {"start", "issued", "waited", "x staged", "first data", "loop done",
+                                               "done"};
+  LoadedForm::Global launches;  // unsigned per CTA
+  LoadedForm::Global records;   // unsigned long long
+  int ctas = 0;                 // the grid's CTAs
+};
+inline constexpr int kGemmTraceMarks = 7;
+inline constexpr int kGemmTraceLaunches = 16;
 
 inline constexpr const char* kPoolerGemmEntry = "pooler_gemm";
 inline constexpr const char* kPoolerGemmPublishEntry = "pooler_gemm_publish";
@@ -89,7 +109,7 @@ class PoolerGemm {
   // `entry` must be pooler_gemm_form(rows, n, k, shape, publish) compiled for
   // the context's device (checked: the constants must match).
   PoolerGemm(const CacheEntry& entry, CUcontext context, int rows, int n, int k, const PoolerGemmShape& shape,
-             const GemmPublish* publish = nullptr);
+             const GemmPublish* publish = nullptr, bool trace = false);
 
   // c[rows, n] = x[rows, k] @ w[n, k].T. x and w must be 16-byte aligned and
   // row-major without padding; c is row-major [rows, n]. With `pdl` the kernel
@@ -118,12 +138,16 @@ class PoolerGemm {
   bool publishes() const { return publish_.tp != 0; }
   // {0, 0} for a form without publish.
   const GemmPublish& publish() const { return publish_; }
+  // Where a trace form records (InvalidArgument for any other form). The
+  // caller zeroes `launches` before the launches it wants recorded.
+  GemmTrace trace() const;
 
  private:
   int rows_, n_, k_;
   PoolerGemmShape shape_;
   GemmPublish publish_;
   LaunchShape launch_;
+  bool trace_;
   LoadedForm loaded_;
   Kernel kernel_;
 };

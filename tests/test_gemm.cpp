@@ -414,6 +414,37 @@ TEST(GemmForm, ConstantsDescribeTheShape) {
         "SMEM_BYTES=" + std::to_string(pooler_gemm_shared_bytes(8, 2048, kHidden, shape))}) {
     EXPECT_NE(constants.find(fragment), std::string::npos) << constants << " lacks " << fragment;
   }
+  EXPECT_NE(constants.find("TRACE=0"), std::string::npos) << constants;
+}
+
+TEST(GemmForm, TraceFormsAreSeparateAndCompileWithoutLocalMemory) {
+  // The diagnostic forms (pooler-kernel-bench --trace): their own name and
+  // constant, so they never share a cache entry with the forms Pooler runs,
+  // and the same resource limits: a register path, a ring and a fused publish.
+  testing::ScratchDir dir;
+  KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
+  const GemmPublish publish{2, kCapacity};
+  struct Case {
+    int rows, n;
+    const GemmPublish* publish;
+  };
+  for (const Case& c : {Case{8, 512, nullptr}, Case{1, 2048, nullptr}, Case{8, 2048, &publish}}) {
+    const PoolerGemmShape shape = choose_gemm_shape(c.n, kHidden, c.rows);
+    const Form plain = pooler_gemm_form(c.rows, c.n, kHidden, shape, c.publish);
+    const Form traced = pooler_gemm_form(c.rows, c.n, kHidden, shape, c.publish, true);
+    EXPECT_EQ(traced.name(), plain.name() + "_trace");
+    EXPECT_EQ(traced.kernels(), plain.kernels());
+    EXPECT_NE(traced.describe_constants().find("TRACE=1"), std::string::npos) << traced.describe_constants();
+    EXPECT_NE(plain.describe_constants().find("TRACE=0"), std::string::npos) << plain.describe_constants();
+    for (const std::string architecture : {"sm_90", "sm_100a"}) {
+      const Lookup plain_entry = cache.get(plain, architecture);
+      const Lookup traced_entry = cache.get(traced, architecture);
+      EXPECT_NE(plain_entry.entry->key, traced_entry.entry->key);
+      const std::string kernel = c.publish ? kPoolerGemmPublishEntry : kPoolerGemmEntry;
+      const std::string stub = c.publish ? kPoolerGemmEntry : kPoolerGemmPublishEntry;
+      EXPECT_GT(expect_gemm_kernel(*traced_entry.entry, architecture, shape, kernel, stub), 0) << traced.name();
+    }
+  }
 }
 
 }  // namespace

@@ -31,6 +31,7 @@
 #include "reference/reference.hpp"
 #include "runtime/device.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/gemm_trace.hpp"
 #include "runtime/kernel_cache.hpp"
 #include "runtime/pooler_gemm.hpp"
 #include "support/gpu.hpp"
@@ -321,6 +322,64 @@ TEST_F(GemmGpu, RingsGiveTheRegisterPathsBits) {
         EXPECT_TRUE(run(gemms[i], x_device, w_device, c_device, true) == expected)
             << name(gemms[i]) << " differs from " << name(gemms[0]);
       }
+    }
+  }
+}
+
+TEST_F(GemmGpu, TraceFormsRecordEveryCtaInOrderAndKeepTheBits) {
+  // The diagnostic forms of pooler-kernel-bench --trace: the same bits as the
+  // form Pooler runs, one record per CTA per launch, the marks in program
+  // order, and each launch's PDL wait ending after every CTA of the launch
+  // before it stored its outputs (one clock, %globaltimer, on every SM).
+  constexpr int kLaunches = 3;
+  for (const auto& [rows, n] : {std::pair{8, 512}, std::pair{1, 2048}}) {  // registers, a ring
+    const PoolerGemmShape shape = choose_gemm_shape(n, kHidden, rows);
+    const std::vector<PoolerGemm> plain = load({rows}, n, kHidden, {shape});
+    const Lookup lookup = cache_->get(pooler_gemm_form(rows, n, kHidden, shape, nullptr, true), architecture_);
+    const PoolerGemm traced(*lookup.entry, context_->get(), rows, n, kHidden, shape, nullptr, true);
+    const std::string what = name(traced, " (trace)");
+    EXPECT_THROW((void)plain[0].trace(), InvalidArgument);
+    const Bits x = random_bf16(static_cast<std::size_t>(kReferenceRows) * kHidden, 1.0f, random_);
+    const Bits w = random_bf16(static_cast<std::size_t>(n) * kHidden, 0.02f, random_);
+    DeviceBuffer x_device(x.size() * 2), w_device(w.size() * 2),
+        c_device(static_cast<std::size_t>(kReferenceRows) * n * 2);
+    x_device.upload(x.data(), x.size() * 2);
+    w_device.upload(w.data(), w.size() * 2);
+    const Bits expected = run(plain[0], x_device, w_device, c_device, true);
+    EXPECT_TRUE(run(traced, x_device, w_device, c_device, true) == expected) << what << " changed the bits";
+
+    const GemmTrace trace = traced.trace();
+    EXPECT_EQ(trace.ctas, static_cast<int>(traced.launch_shape().grid_x));
+    reset_gemm_trace(trace, stream_->get());
+    for (int i = 0; i < kLaunches; ++i) {
+      traced.launch(stream_->get(), x_device.get(), w_device.get(), c_device.get(), true);
+    }
+    stream_->synchronize();
+    EXPECT_THROW((void)read_gemm_trace(trace, 0), InvalidArgument);
+    EXPECT_THROW((void)read_gemm_trace(trace, kGemmTraceLaunches + 1), InvalidArgument);
+    const std::vector<GemmTraceRecord> records = read_gemm_trace(trace, kLaunches + 1);
+    ASSERT_EQ(records.size(), static_cast<std::size_t>(kLaunches * trace.ctas)) << what << ": launch 3 never ran";
+    unsigned long long previous_done = 0;
+    for (int launch = 0; launch < kLaunches; ++launch) {
+      unsigned long long earliest_wait = ~0ull, latest_done = 0;
+      for (int cta = 0; cta < trace.ctas; ++cta) {
+        const GemmTraceRecord& r = records[static_cast<std::size_t>(launch * trace.ctas + cta)];
+        EXPECT_EQ(r.launch, launch);
+        EXPECT_EQ(r.cta, cta);
+        EXPECT_LT(r.sm, 1024);
+        for (int m = 0; m < kGemmTraceMarks; ++m) {
+          EXPECT_NE(r.ns[static_cast<std::size_t>(m)], 0u) << what << ": CTA " << cta << " lacks mark " << m;
+          if (m > 0) {
+            EXPECT_LE(r.ns[static_cast<std::size_t>(m - 1)], r.ns[static_cast<std::size_t>(m)])
+                << what << ": launch " << launch << ", CTA " << cta << ", mark " << GemmTrace::kMarkNames[m];
+          }
+        }
+        earliest_wait = std::min(earliest_wait, r.ns[GemmTrace::kWaited]);
+        latest_done = std::max(latest_done, r.ns[GemmTrace::kDone]);
+      }
+      EXPECT_GE(earliest_wait, previous_done) << what << ": launch " << launch << "'s wait ended before launch "
+                                              << launch - 1 << " was done";
+      previous_done = latest_done;
     }
   }
 }

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <random>
@@ -51,6 +52,8 @@
 #include "runtime/pooler_gemm.hpp"
 #include "runtime/pooler_kernels.hpp"
 #include "tools/bench_forms.hpp"
+#include "tools/bench_graph.hpp"
+#include "tools/bench_trace.hpp"
 
 using namespace pooler;
 
@@ -75,6 +78,9 @@ options:
   --no-cublas       skip cuBLAS
   --sweep           also time alternative launch shapes per (b, N) and print the best (slower: compiles
                     and times about a dozen extra shapes per width)
+  --trace DIR       also record, per (b, N), a chain of 16 launches of the rule's shape compiled with
+                    per-CTA timestamps: print where a launch's time goes and write every CTA's marks to
+                    DIR/trace_b{b}_n{N}.txt
   --consumer-tps LIST      consumer section: tensor-parallel sizes (1, 2, 4 or 8; default 2,8)
   --consumer-batches LIST  consumer section: batches b, 1 to 32 (default 1,8,16)
   --consumer-calls C       consumer section: whole calls captured per graph (default 200)
@@ -104,6 +110,7 @@ struct Options {
   double cold_mb = 256.0;
   bool cublas = true;
   bool sweep = false;
+  std::string trace_dir;
   std::vector<int> consumer_tps = {2, 8};
   std::vector<int> consumer_batches = {1, 8, 16};
   int consumer_calls = 200;
@@ -169,6 +176,8 @@ Options parse(int argc, char** argv) {
       o.cublas = false;
     } else if (a == "--sweep") {
       o.sweep = true;
+    } else if (a == "--trace") {
+      o.trace_dir = value();
     } else if (a == "--consumer-tps") {
       o.consumer_tps = parse_list(value(), "--consumer-tps");
       for (int tp : o.consumer_tps) check_tensor_parallel("--consumer-tps", tp);
@@ -210,30 +219,18 @@ double median(std::vector<double> v) {
 // launch in microseconds.
 template <typename Enqueue>
 double time_graph(const Stream& stream, int launches, int replays, Enqueue enqueue) {
-  POOLER_CU(cuStreamBeginCapture(stream.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "benchmark capture");
-  try {
+  const bench::Graph graph(stream.get(), "benchmark graph", [&] {
     for (int i = 0; i < launches; ++i) enqueue(i);
-  } catch (...) {
-    CUgraph abandoned = nullptr;
-    driver().cuStreamEndCapture(stream.get(), &abandoned);
-    if (abandoned != nullptr) driver().cuGraphDestroy(abandoned);
-    throw;
-  }
-  CUgraph graph = nullptr;
-  POOLER_CU(cuStreamEndCapture(stream.get(), &graph), "benchmark capture");
-  CUgraphExec exec = nullptr;
-  POOLER_CU(cuGraphInstantiateWithFlags(&exec, graph, 0), "benchmark graph");
+  });
   Event start, stop;
   std::vector<double> per_launch;
   for (int r = 0; r < replays + 2; ++r) {
     start.record(stream.get());
-    POOLER_CU(cuGraphLaunch(exec, stream.get()), "benchmark replay");
+    graph.launch(stream.get());
     stop.record(stream.get());
     stream.synchronize();
     if (r >= 2) per_launch.push_back(1000.0 * stop.elapsed_since(start) / launches);
   }
-  POOLER_CU(cuGraphExecDestroy(exec), "benchmark graph");
-  POOLER_CU(cuGraphDestroy(graph), "benchmark graph");
   return median(per_launch);
 }
 
@@ -644,7 +641,16 @@ int run(const Options& o) {
   // Every form first (compiled in parallel, or read from the cache).
   std::vector<Form> forms;
   for (int n : o.widths) {
-    for (int b : o.batches) forms.push_back(pooler_gemm_form(b, n, o.k, choose_gemm_shape(n, o.k, b)));
+    for (int b : o.batches) {
+      const PoolerGemmShape shape = choose_gemm_shape(n, o.k, b);
+      forms.push_back(pooler_gemm_form(b, n, o.k, shape));
+      if (!o.trace_dir.empty()) forms.push_back(pooler_gemm_form(b, n, o.k, shape, nullptr, true));
+    }
+  }
+  if (!o.trace_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(o.trace_dir, error);
+    if (error) throw Error(fmt::format("--trace {}: cannot create the directory: {}", o.trace_dir, error.message()));
   }
   for (const ReadConfig& c : kReadConfigs) forms.push_back(read_form(c));
   if (o.consumers) {
@@ -788,6 +794,18 @@ int run(const Options& o) {
                           [&](int i) { gemm.launch(stream.get(), x.get(), weight(i), c_pooler.get(), false); });
       row.us_pdl = time_graph(stream, launches, o.replays,
                               [&](int i) { gemm.launch(stream.get(), x.get(), weight(i), c_pooler.get(), true); });
+      if (!o.trace_dir.empty()) {
+        const Lookup traced_lookup = cache.get(pooler_gemm_form(b, n, o.k, shape, nullptr, true), arch);
+        const PoolerGemm traced(*traced_lookup.entry, context.get(), b, n, o.k, shape, nullptr, true);
+        const int chained = std::min(kGemmTraceLaunches, launches);
+        const std::vector<GemmTraceRecord> records = bench::trace_chain(
+            stream, traced.trace(), chained,
+            [&](int i) { traced.launch(stream.get(), x.get(), weight(i), c_pooler.get(), true); });
+        const std::string path = fmt::format("{}/trace_b{}_n{}.txt", o.trace_dir, b, n);
+        bench::write_trace(path, records);
+        std::printf("      b %d N %d, %s; every CTA: %s\n", b, n, bench::summarize_trace(records, chained).c_str(),
+                    path.c_str());
+      }
       if (o.cublas) {
         const float alpha = 1.0f, beta = 0.0f;
         auto enqueue = [&](int i) {

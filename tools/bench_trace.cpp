@@ -1,0 +1,117 @@
+#include "tools/bench_trace.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "pooler/error.hpp"
+#include "tools/bench_graph.hpp"
+
+namespace pooler::bench {
+
+namespace {
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Microseconds from `origin` (ns) to mark m of r.
+double us(const GemmTraceRecord& r, int m, unsigned long long origin) {
+  return (static_cast<double>(r.ns[static_cast<std::size_t>(m)]) - static_cast<double>(origin)) / 1e3;
+}
+
+}  // namespace
+
+std::vector<GemmTraceRecord> trace_chain(const Stream& stream, const GemmTrace& trace, int launches,
+                                         const std::function<void(int)>& enqueue) {
+  const Graph graph(stream.get(), "the traced chain's graph", [&] {
+    for (int i = 0; i < launches; ++i) enqueue(i);
+  });
+  graph.launch(stream.get());  // warm-up, not recorded
+  reset_gemm_trace(trace, stream.get());
+  graph.launch(stream.get());
+  stream.synchronize();
+  return read_gemm_trace(trace, launches);
+}
+
+std::string summarize_trace(const std::vector<GemmTraceRecord>& records, int launches) {
+  if (launches < 4) throw InvalidArgument(fmt::format("a trace summary needs at least 4 launches, not {}", launches));
+  std::vector<std::vector<const GemmTraceRecord*>> by_launch(static_cast<std::size_t>(launches));
+  for (const GemmTraceRecord& r : records) by_launch[static_cast<std::size_t>(r.launch)].push_back(&r);
+  auto waited = [&](int launch) {  // when the launch's PDL wait ended (its first CTA)
+    unsigned long long t = 0;
+    for (const GemmTraceRecord* r : by_launch[static_cast<std::size_t>(launch)]) {
+      const unsigned long long w = r->ns[GemmTrace::kWaited];
+      if (w != 0 && (t == 0 || w < t)) t = w;
+    }
+    if (t == 0) throw Error(fmt::format("trace: no CTA of launch {} recorded its PDL wait", launch));
+    return t;
+  };
+  std::vector<double> period, sms, doubled, x_med, x_last, first, loop_first, loop_med, loop_last, done_last,
+      next_start;
+  for (int i = 1; i + 1 < launches; ++i) {
+    const auto& ctas = by_launch[static_cast<std::size_t>(i)];
+    const unsigned long long origin = waited(i);
+    std::map<int, int> per_sm;
+    std::vector<double> x, f, loop, done;
+    for (const GemmTraceRecord* r : ctas) {
+      ++per_sm[r->sm];
+      x.push_back(us(*r, GemmTrace::kXStaged, origin));
+      f.push_back(us(*r, GemmTrace::kFirstData, origin));
+      loop.push_back(us(*r, GemmTrace::kLoopDone, origin));
+      if (r->ns[GemmTrace::kDone] != 0) done.push_back(us(*r, GemmTrace::kDone, origin));
+    }
+    std::sort(x.begin(), x.end());
+    std::sort(loop.begin(), loop.end());
+    period.push_back((static_cast<double>(waited(i + 1)) - static_cast<double>(origin)) / 1e3);
+    sms.push_back(static_cast<double>(per_sm.size()));
+    doubled.push_back(static_cast<double>(std::count_if(per_sm.begin(), per_sm.end(),
+                                                        [](const auto& e) { return e.second > 1; })));
+    x_med.push_back(median(x));
+    x_last.push_back(x.back());
+    first.push_back(median(f));
+    loop_first.push_back(loop.front());
+    loop_med.push_back(median(loop));
+    loop_last.push_back(loop.back());
+    done_last.push_back(done.empty() ? 0.0 : *std::max_element(done.begin(), done.end()));
+    std::vector<double> starts;
+    for (const GemmTraceRecord* r : by_launch[static_cast<std::size_t>(i + 1)]) {
+      starts.push_back(us(*r, GemmTrace::kStart, origin));
+    }
+    next_start.push_back(median(starts));
+  }
+  return fmt::format(
+      "trace of launches 1-{} of {} (medians over them; us after the launch's PDL wait ended): period {:.2f}; "
+      "{:.0f} SMs ({:.0f} with two CTAs); x staged {:.2f} (last CTA {:.2f}); first w used {:.2f}; MMAs done "
+      "{:.2f} / {:.2f} / {:.2f} (first / median / last CTA); outputs stored {:.2f} (last CTA); the next launch's "
+      "CTAs start at {:.2f} (median)",
+      launches - 2, launches, median(period), median(sms), median(doubled), median(x_med), median(x_last),
+      median(first), median(loop_first), median(loop_med), median(loop_last), median(done_last), median(next_start));
+}
+
+void write_trace(const std::string& path, const std::vector<GemmTraceRecord>& records) {
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "w"), &std::fclose);
+  if (!file) throw Error(fmt::format("cannot write the trace {}", path));
+  unsigned long long origin = 0;
+  for (const GemmTraceRecord& r : records) {
+    if (origin == 0 || r.ns[GemmTrace::kStart] < origin) origin = r.ns[GemmTrace::kStart];
+  }
+  std::fprintf(file.get(), "# launch cta sm, then us from the first start at:");
+  for (const char* name : GemmTrace::kMarkNames) std::fprintf(file.get(), " [%s]", name);
+  std::fprintf(file.get(), " (-1: not passed)\n");
+  for (const GemmTraceRecord& r : records) {
+    std::fprintf(file.get(), "%d %d %d", r.launch, r.cta, r.sm);
+    for (int m = 0; m < kGemmTraceMarks; ++m) {
+      std::fprintf(file.get(), " %.3f", r.ns[static_cast<std::size_t>(m)] == 0 ? -1.0 : us(r, m, origin));
+    }
+    std::fprintf(file.get(), "\n");
+  }
+  if (std::ferror(file.get())) throw Error(fmt::format("writing the trace {} failed", path));
+}
+
+}  // namespace pooler::bench

@@ -1,0 +1,32 @@
+// pooler-kernel-bench --trace: where a PDL chain of pooler GEMM launches spends
+// its time, from a trace form's per-CTA marks (runtime/gemm_trace.hpp).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "runtime/device.hpp"
+#include "runtime/gemm_trace.hpp"
+
+namespace pooler::bench {
+
+// Captures enqueue(i) for i in [0, launches) (launches at most
+// kGemmTraceLaunches, each a launch of the trace form) into one graph, replays
+// it once to warm up, then once more recorded; returns that replay's records.
+std::vector<GemmTraceRecord> trace_chain(const Stream& stream, const GemmTrace& trace, int launches,
+                                         const std::function<void(int)>& enqueue);
+
+// One paragraph: for the steady launches (all but the first and the last),
+// the medians over them of the launch period (PDL wait to PDL wait), the SMs
+// the launch used and how many held two of its CTAs, and when, after the PDL
+// wait, x was staged, the first w arrived, the MMAs were done (first, median
+// and last CTA) and the outputs stored, and when the next launch's CTAs
+// started. Needs at least 4 launches.
+std::string summarize_trace(const std::vector<GemmTraceRecord>& records, int launches);
+
+// One line per record: launch, CTA, SM, then every mark in microseconds from
+// the first CTA's start (-1 where the CTA did not pass it).
+void write_trace(const std::string& path, const std::vector<GemmTraceRecord>& records);
+
+}  // namespace pooler::bench
