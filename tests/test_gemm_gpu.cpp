@@ -218,28 +218,40 @@ class GemmGpu : public ::testing::Test {
     return s.str();
   }
 
+  // Fresh random x [kReferenceRows, k] and w [n, k], on the host and on the
+  // device, and room for c [kReferenceRows, n].
+  struct Operands {
+    Bits x, w;
+    DeviceBuffer x_device, w_device, c_device;
+  };
+  Operands random_operands(int n, int k) {
+    Operands o{random_bf16(static_cast<std::size_t>(kReferenceRows) * k, 1.0f, random_),
+               random_bf16(static_cast<std::size_t>(n) * k, 0.02f, random_), DeviceBuffer(), DeviceBuffer(),
+               DeviceBuffer(static_cast<std::size_t>(kReferenceRows) * n * 2)};
+    o.x_device = DeviceBuffer(o.x.size() * 2);
+    o.w_device = DeviceBuffer(o.w.size() * 2);
+    o.x_device.upload(o.x.data(), o.x.size() * 2);
+    o.w_device.upload(o.w.data(), o.w.size() * 2);
+    return o;
+  }
+
   // Every gemm in `gemms` (same n, k) against one reference, each run twice
   // with PDL off and twice with it on: all four bit-identical.
   void check_all(const std::vector<PoolerGemm>& gemms, int n, int k) {
-    const Bits x = random_bf16(static_cast<std::size_t>(kReferenceRows) * k, 1.0f, random_);
-    const Bits w = random_bf16(static_cast<std::size_t>(n) * k, 0.02f, random_);
-    const Reference ref = reference_gemm(x, w, kReferenceRows, n, k);
-    DeviceBuffer x_device(x.size() * 2), w_device(w.size() * 2),
-        c_device(static_cast<std::size_t>(kReferenceRows) * n * 2);
-    x_device.upload(x.data(), x.size() * 2);
-    w_device.upload(w.data(), w.size() * 2);
+    const Operands o = random_operands(n, k);
+    const Reference ref = reference_gemm(o.x, o.w, kReferenceRows, n, k);
     for (const PoolerGemm& gemm : gemms) {
       const std::string what = name(gemm);
-      const Bits first = run(gemm, x_device, w_device, c_device, false);
+      const Bits first = run(gemm, o.x_device, o.w_device, o.c_device, false);
       const CheckResult result = check(first, ref, gemm.rows(), what);
       expect_untouched_past(first, gemm.rows(), n, what);
       std::printf("[ checked ] %s: worst %.3f ulp, %lld needed the allowance\n", what.c_str(), result.worst_ulps,
                   result.allowance_used);
-      const Bits again = run(gemm, x_device, w_device, c_device, false);
+      const Bits again = run(gemm, o.x_device, o.w_device, o.c_device, false);
       EXPECT_TRUE(again == first) << what << ": a second run gave other bits";
-      const Bits with_pdl = run(gemm, x_device, w_device, c_device, true);
+      const Bits with_pdl = run(gemm, o.x_device, o.w_device, o.c_device, true);
       EXPECT_TRUE(with_pdl == first) << what << ": PDL on gave other bits than PDL off";
-      const Bits with_pdl_again = run(gemm, x_device, w_device, c_device, true);
+      const Bits with_pdl_again = run(gemm, o.x_device, o.w_device, o.c_device, true);
       EXPECT_TRUE(with_pdl_again == first) << what << ": a second run with PDL gave other bits";
     }
   }
@@ -310,16 +322,11 @@ TEST_F(GemmGpu, RingsGiveTheRegisterPathsBits) {
       if (n == 2048) shapes.push_back(PoolerGemmShape{128, 256, 2, 8, 1, 1, 2});  // 4 tiles per warp
       const std::vector<PoolerGemm> gemms = load(std::vector<int>(shapes.size(), rows), n, kHidden, shapes);
       check_all(gemms, n, kHidden);
-      const Bits x = random_bf16(static_cast<std::size_t>(kReferenceRows) * kHidden, 1.0f, random_);
-      const Bits w = random_bf16(static_cast<std::size_t>(n) * kHidden, 0.02f, random_);
-      DeviceBuffer x_device(x.size() * 2), w_device(w.size() * 2),
-          c_device(static_cast<std::size_t>(kReferenceRows) * n * 2);
-      x_device.upload(x.data(), x.size() * 2);
-      w_device.upload(w.data(), w.size() * 2);
-      const Bits expected = run(gemms[0], x_device, w_device, c_device, true);
+      const Operands o = random_operands(n, kHidden);
+      const Bits expected = run(gemms[0], o.x_device, o.w_device, o.c_device, true);
       for (std::size_t i = 1; i < gemms.size(); ++i) {
         if (gemms[i].shape().outputs_per_block != registers.outputs_per_block) continue;  // other sums
-        EXPECT_TRUE(run(gemms[i], x_device, w_device, c_device, true) == expected)
+        EXPECT_TRUE(run(gemms[i], o.x_device, o.w_device, o.c_device, true) == expected)
             << name(gemms[i]) << " differs from " << name(gemms[0]);
       }
     }
@@ -339,20 +346,15 @@ TEST_F(GemmGpu, TraceFormsRecordEveryCtaInOrderAndKeepTheBits) {
     const PoolerGemm traced(*lookup.entry, context_->get(), rows, n, kHidden, shape, nullptr, true);
     const std::string what = name(traced, " (trace)");
     EXPECT_THROW((void)plain[0].trace(), InvalidArgument);
-    const Bits x = random_bf16(static_cast<std::size_t>(kReferenceRows) * kHidden, 1.0f, random_);
-    const Bits w = random_bf16(static_cast<std::size_t>(n) * kHidden, 0.02f, random_);
-    DeviceBuffer x_device(x.size() * 2), w_device(w.size() * 2),
-        c_device(static_cast<std::size_t>(kReferenceRows) * n * 2);
-    x_device.upload(x.data(), x.size() * 2);
-    w_device.upload(w.data(), w.size() * 2);
-    const Bits expected = run(plain[0], x_device, w_device, c_device, true);
-    EXPECT_TRUE(run(traced, x_device, w_device, c_device, true) == expected) << what << " changed the bits";
+    const Operands o = random_operands(n, kHidden);
+    const Bits expected = run(plain[0], o.x_device, o.w_device, o.c_device, true);
+    EXPECT_TRUE(run(traced, o.x_device, o.w_device, o.c_device, true) == expected) << what << " changed the bits";
 
     const GemmTrace trace = traced.trace();
     EXPECT_EQ(trace.ctas, static_cast<int>(traced.launch_shape().grid_x));
     reset_gemm_trace(trace, stream_->get());
     for (int i = 0; i < kLaunches; ++i) {
-      traced.launch(stream_->get(), x_device.get(), w_device.get(), c_device.get(), true);
+      traced.launch(stream_->get(), o.x_device.get(), o.w_device.get(), o.c_device.get(), true);
     }
     stream_->synchronize();
     EXPECT_THROW((void)read_gemm_trace(trace, 0), InvalidArgument);
