@@ -490,7 +490,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     for (int chunk = 0; chunk < kChunks; ++chunk) {
       const u32 stage = ring.stages + (chunk % STAGES) * kStageBytes + lane_offset;
       Ring::wait();
-      if (chunk == 0) trace.mark(4);  // the first chunk of w has arrived
+      if (chunk == 0) trace.mark(4);  // warp 0's first chunk of w has arrived
 #pragma unroll
       for (int u = 0; u < K_UNROLL; ++u) {
         U32x4 xf[kBatchTiles];
@@ -530,9 +530,9 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     }
     w_next += 32 * K_UNROLL;
     x_step += 64 * K_UNROLL;
-    if (iteration == 0) trace.mark(4);  // the prologue's w has arrived and been used
+    if (iteration == 0) trace.mark(4);  // warp 0's prologue w has arrived and been used
   }
-  trace.mark(5);  // every MMA of this CTA is done
+  trace.mark(5);  // warp 0's MMAs are done (thread 0 records every mark)
 
   // Everything left is the reduction and the store of c: the next kernel may
   // start its own prologue.
