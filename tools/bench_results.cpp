@@ -1,3 +1,4 @@
+#include "tools/bench_median.hpp"
 #include "tools/bench_results.hpp"
 
 #include <unistd.h>
@@ -20,7 +21,7 @@ Spread spread_of(std::vector<double> samples) {
   std::sort(samples.begin(), samples.end());
   const std::size_t n = samples.size();
   auto at = [&](double q) { return samples[std::min(n - 1, static_cast<std::size_t>(q * static_cast<double>(n - 1) + 0.5))]; };
-  s.median = n % 2 == 1 ? samples[n / 2] : 0.5 * (samples[n / 2 - 1] + samples[n / 2]);
+  s.median = median(samples);
   s.p10 = at(0.10);
   s.p90 = at(0.90);
   s.min = samples.front();

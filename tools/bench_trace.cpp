@@ -9,16 +9,11 @@
 
 #include "pooler/error.hpp"
 #include "tools/bench_graph.hpp"
+#include "tools/bench_median.hpp"
 
 namespace pooler::bench {
 
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Microseconds from `origin` (ns) to mark m of r.
 double us(const GemmTraceRecord& r, int m, unsigned long long origin) {

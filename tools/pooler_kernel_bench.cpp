@@ -53,6 +53,7 @@
 #include "runtime/pooler_kernels.hpp"
 #include "tools/bench_forms.hpp"
 #include "tools/bench_graph.hpp"
+#include "tools/bench_median.hpp"
 #include "tools/bench_trace.hpp"
 
 using namespace pooler;
@@ -209,11 +210,6 @@ void cublas_check(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("{}: {}", what, cublasGetStatusString(status)));
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 // Captures `enqueue(i)` for i in [0, launches) into one graph, replays it
 // twice to warm up, then `replays` times under events: the median time per
 // launch in microseconds.
@@ -231,7 +227,7 @@ double time_graph(const Stream& stream, int launches, int replays, Enqueue enque
     stream.synchronize();
     if (r >= 2) per_launch.push_back(1000.0 * stop.elapsed_since(start) / launches);
   }
-  return median(per_launch);
+  return bench::median(per_launch);
 }
 
 using bench::ReadConfig;
