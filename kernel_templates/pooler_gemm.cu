@@ -83,10 +83,17 @@
 #include "mailbox.cuh"
 
 // The trace's records (TRACE = 1; gemm_detail::Trace says what they hold), by
-// unmangled names that the host looks up: 16 launches of every CTA, 8 words each.
+// unmangled names that the host looks up: kLaunches launches of every CTA,
+// kMarks timestamps and the CTA's place each.
+namespace gemm_trace {
+constexpr int kMarks = 7;  // start, issued, waited, x staged, first data, loop done, done
+constexpr int kLaunches = 16;
+constexpr int kCtas = N / (16 * TILES * WARPS_N) * SPLIT_K;  // the grid
+}  // namespace gemm_trace
 extern "C" {
-__device__ unsigned pooler_gemm_trace_launches[TRACE ? N / (16 * TILES * WARPS_N) * SPLIT_K : 1];
-__device__ unsigned long long pooler_gemm_trace[TRACE ? 16 * (N / (16 * TILES * WARPS_N) * SPLIT_K) * 8 : 1];
+__device__ unsigned pooler_gemm_trace_launches[TRACE ? gemm_trace::kCtas : 1];
+__device__ unsigned long long
+    pooler_gemm_trace[TRACE ? gemm_trace::kLaunches * gemm_trace::kCtas * (gemm_trace::kMarks + 1) : 1];
 }
 
 namespace gemm_detail {
@@ -175,19 +182,12 @@ struct __align__(16) U32x4 {
 };
 
 // The trace (TRACE = 1 only): where a launch's time goes, per CTA. Thread 0 of
-// CTA b records %globaltimer (ns) at kTraceMarks points into
+// CTA b records %globaltimer (ns) at gemm_trace::kMarks points into
 // pooler_gemm_trace[launch][b], and in the last word its SM (high half) and b.
 // launch counts the launches of this form since the host zeroed the counters:
 // every CTA of a launch starts before any CTA of the next one (PDL starts the
 // next launch only once all of them have asked for it), so CTA b's own count
-// is the launch's number. Launches past kTraceLaunches are not recorded.
-constexpr int kTraceMarks = 7;  // start, issued, waited, x staged, first data, loop done, done
-constexpr int kTraceLaunches = 16;
-constexpr int kGridCtas = N / kColumnsPerCta * SPLIT_K;
-static_assert(sizeof(pooler_gemm_trace_launches) == sizeof(unsigned) * (TRACE ? kGridCtas : 1) &&
-                  sizeof(pooler_gemm_trace) ==
-                      sizeof(unsigned long long) * (TRACE ? kTraceLaunches * kGridCtas * (kTraceMarks + 1) : 1),
-              "the trace's variables (above the namespace) hold kTraceLaunches launches of every CTA");
+// is the launch's number. Launches past gemm_trace::kLaunches are not recorded.
 
 struct Trace {
   unsigned long long* record = nullptr;  // this CTA's record (thread 0 only), or null
@@ -197,12 +197,12 @@ struct Trace {
       if (thread_x != 0) return;
       const unsigned long long now = timer();
       const unsigned launch = atomicAdd(&pooler_gemm_trace_launches[blockIdx.x], 1u);
-      if (launch >= kTraceLaunches) return;
-      record = pooler_gemm_trace + (launch * kGridCtas + blockIdx.x) * (kTraceMarks + 1);
+      if (launch >= gemm_trace::kLaunches) return;
+      record = pooler_gemm_trace + (launch * gemm_trace::kCtas + blockIdx.x) * (gemm_trace::kMarks + 1);
       unsigned sm;
       asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
       record[0] = now;
-      record[kTraceMarks] = (static_cast<unsigned long long>(sm) << 32) | blockIdx.x;
+      record[gemm_trace::kMarks] = (static_cast<unsigned long long>(sm) << 32) | blockIdx.x;
     }
   }
   __device__ __forceinline__ void mark(int point) const {

@@ -96,6 +96,8 @@ struct GemmTrace {
   LoadedForm::Global records;   // unsigned long long
   int ctas = 0;                 // the grid's CTAs
 };
+// As the template's gemm_trace::kMarks and kLaunches; PoolerGemm::trace()
+// checks the variables' sizes against them.
 inline constexpr int kGemmTraceMarks = 7;
 inline constexpr int kGemmTraceLaunches = 16;
 
