@@ -12,6 +12,9 @@
 //                (STAGES = 0), or per stage of its ring (STAGES >= 1)
 //   STAGES       0: w streams through registers; >= 1: through a ring of
 //                STAGES shared-memory stages per warp, filled by cp.async
+//   ASYNC_REDUCE 1: the cluster's partials travel by st.async to an mbarrier
+//                of the CTA that sums them (below); 0: by st.shared::cluster
+//                and a cluster barrier. Needs SPLIT_K > 1; the same bits.
 //   MIN_CTAS     CTAs per SM promised to __launch_bounds__ (1 or 2)
 //   SMEM_BYTES   dynamic shared memory the host launches with (checked below)
 //   PUBLISH      1: the fused publish of the pooler gather (below); 0: the plain GEMM
@@ -61,6 +64,16 @@
 //   shared memory (no global workspace, no atomics); the WARPS_K warps of a CTA
 //   split the CTA's slice the same way. Every output sums its SPLIT_K*WARPS_K
 //   partials in one fixed order, so results are identical run to run.
+//   How the partials reach the CTA that sums them: stores into its shared
+//   memory, then a cluster barrier (arrive.release, wait.acquire) that every
+//   CTA passes only when every thread of the cluster has arrived and its
+//   stores are visible; or (ASYNC_REDUCE) st.async, each of which counts its
+//   bytes on an mbarrier of the receiving CTA, which waits for exactly the
+//   bytes it expects and nothing else. At N = 512 on an H200, with the next
+//   launch's 8 MB of w streaming in beside it, the barrier took 1-1.3 us after
+//   the last partial was sent, the mbarrier 0.1-0.5 us (pooler-kernel-bench
+//   --trace); the period fell 3.2 -> 2.9 us at b = 1 but rose at b >= 8
+//   (docs/PERFORMANCE.md), so the host's rule picks it for few rows only.
 // - x is staged once per CTA (only its K slice, only ROWS rows) in shared
 //   memory, bypassing L1 (x was just written by the previous kernel), after
 //   pdl_wait; the WARPS_N warps of the CTA share it.
@@ -149,7 +162,10 @@ constexpr int kSwizzle = kChunkBytes % 128 == 0 ? 4 : 0;  // pieces XOR-ed on od
 constexpr int kStageBytes = kWarpRows * kRowPitch;
 constexpr int kRingOffset = (kReduceOffset + kReduceBytes + 15) / 16 * 16;
 constexpr int kRingBytes = STAGES * kWarps * kStageBytes;
-constexpr int kSharedBytes = STAGES == 0 ? kReduceOffset + kReduceBytes : kRingOffset + kRingBytes;
+constexpr int kDataBytes = STAGES == 0 ? kReduceOffset + kReduceBytes : kRingOffset + kRingBytes;
+// ASYNC_REDUCE: the mbarrier the partials of this CTA's columns count on.
+constexpr int kBarrierOffset = (kDataBytes + 15) / 16 * 16;
+constexpr int kSharedBytes = ASYNC_REDUCE ? kBarrierOffset + 16 : kDataBytes;
 
 static_assert(ROWS >= 1 && ROWS <= 32, "ROWS must lie in [1, 32]");
 static_assert(TILES >= 1 && WARPS_N >= 1 && WARPS_K >= 1 && K_UNROLL >= 1, "launch knobs must be positive");
@@ -170,6 +186,7 @@ static_assert(SMEM_BYTES == kSharedBytes, "host and template disagree on the sha
 static_assert(STAGES >= 0 && STAGES <= kChunks, "STAGES must lie in [0, the chunks each warp streams]");
 static_assert(kChunkBytes % 128 == 0 || kChunkBytes == 64, "a ring row is 64 bytes or whole 128-byte lines");
 static_assert(PUBLISH == 0 || PUBLISH == 1, "PUBLISH must be 0 or 1");
+static_assert(ASYNC_REDUCE == 0 || (ASYNC_REDUCE == 1 && SPLIT_K > 1), "ASYNC_REDUCE is 0, or 1 with a cluster");
 static_assert(TRACE == 0 || TRACE == 1, "TRACE must be 0 or 1");
 static_assert(!PUBLISH || (TP >= 1 && TP <= pooler::kMailboxMaxPeers), "TP must lie in [1, kMailboxMaxPeers]");
 static_assert(!PUBLISH || (CAPACITY >= ROWS), "a mailbox slot must hold ROWS rows");
@@ -272,6 +289,33 @@ __device__ __forceinline__ u32 map_to_rank(u32 local, u32 rank) {
 }
 __device__ __forceinline__ void store_cluster(u32 address, float value) {
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(address), "f"(value) : "memory");
+}
+
+// ASYNC_REDUCE: value to `address` in another CTA's shared memory (both
+// shared::cluster addresses), counted as 4 bytes on that CTA's mbarrier
+// `barrier` when it lands.
+__device__ __forceinline__ void store_async(u32 address, float value, u32 barrier) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(address),
+               "r"(__float_as_uint(value)), "r"(barrier)
+               : "memory");
+}
+// One arrival and `bytes` of transactions make the mbarrier's phase 0.
+__device__ __forceinline__ void expect_bytes(u32 barrier, u32 bytes) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(barrier) : "memory");
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier), "r"(bytes) : "memory");
+  // The init is visible to the cluster's other CTAs by the cluster barrier's
+  // first phase, which they wait for before they send.
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void wait_phase_0(u32 barrier) {
+  u32 done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n\tselp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done)
+        : "r"(barrier)
+        : "memory");
+  }
 }
 
 __device__ __forceinline__ U32x4 load_shared(u32 address) {
@@ -385,6 +429,12 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 
   Trace trace;
   trace.start(thread_x);
+  // ASYNC_REDUCE: the CTAs that sum columns expect every partial of them,
+  // before this CTA issues any load (a release fence waits for earlier ones).
+  const u32 barrier = shared_address(smem + kBarrierOffset);
+  if constexpr (ASYNC_REDUCE) {
+    if (thread_x == 0 && split < kOwners) expect_bytes(barrier, kPartials * ROWS * kOwned * 4);
+  }
   const unsigned long long policy = w_policy();
   // Prologue, before pdl_wait: the first K_UNROLL steps of w into registers,
   // or the first STAGES chunks into the warp's ring.
@@ -419,7 +469,8 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   trace.mark(1);  // the prologue's loads are issued
   if constexpr (kAllOfWInPrologue) pdl_launch_dependents();
   // Cluster phase 1: every CTA of the cluster has started (its shared memory
-  // may be written by its peers once this phase completes). Waited for just
+  // may be written by its peers once this phase completes, and its mbarrier
+  // is initialized). Waited for just
   // before the epilogue's remote stores, so it costs nothing here.
   if constexpr (SPLIT_K > 1) cluster_arrive_relaxed();
 
@@ -564,7 +615,10 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
           const int r = 8 * b + 2 * q + e;  // accumulator columns 2q, 2q+1 = batch rows
           if (r < ROWS) {
             float* slot = reduce + (partial * 8 * kBatchTiles + r) * kOwnedPitch + owned;
-            if constexpr (SPLIT_K > 1) {
+            if constexpr (ASYNC_REDUCE) {
+              store_async(map_to_rank(shared_address(slot), static_cast<u32>(owner)), acc[t][b][2 * half + e],
+                          map_to_rank(barrier, static_cast<u32>(owner)));
+            } else if constexpr (SPLIT_K > 1) {
               store_cluster(map_to_rank(shared_address(slot), static_cast<u32>(owner)), acc[t][b][2 * half + e]);
             } else {
               *slot = acc[t][b][2 * half + e];
@@ -574,7 +628,13 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
       }
     }
   }
-  if constexpr (SPLIT_K > 1) {
+  if constexpr (ASYNC_REDUCE) {
+    // Every partial of this rank's columns has landed once the mbarrier has
+    // counted all their bytes. A rank that sums nothing receives nothing, and
+    // one that does exits only after it has received everything, so no CTA
+    // touches the memory of one that has exited.
+    if (split < kOwners) wait_phase_0(barrier);
+  } else if constexpr (SPLIT_K > 1) {
     // Phase 2: every partial of this rank's columns has landed (release by the
     // writers, acquire here); after it nobody touches another CTA's memory,
     // so any CTA may exit.

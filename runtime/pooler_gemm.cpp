@@ -55,10 +55,14 @@ long long shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s, bool
   const long long x_bytes = static_cast<long long>(rows) * d.x_pitch;
   const long long reduce_offset = (x_bytes + 15) / 16 * 16;
   const long long reduce_bytes = static_cast<long long>(d.partials) * 8 * d.batch_tiles * d.owned_pitch * 4;
-  if (s.stages == 0) return reduce_offset + reduce_bytes;
-  // The ring: stages per warp, for every warp.
-  const long long ring_offset = (reduce_offset + reduce_bytes + 15) / 16 * 16;
-  return ring_offset + static_cast<long long>(s.stages) * s.warps() * d.stage_bytes;
+  long long bytes = reduce_offset + reduce_bytes;
+  if (s.stages > 0) {
+    // The ring: stages per warp, for every warp.
+    const long long ring_offset = (reduce_offset + reduce_bytes + 15) / 16 * 16;
+    bytes = ring_offset + static_cast<long long>(s.stages) * s.warps() * d.stage_bytes;
+  }
+  // async_reduce: one mbarrier, 16-byte aligned.
+  return s.async_reduce ? (bytes + 15) / 16 * 16 + 16 : bytes;
 }
 
 // The ring for a register shape, in place, where it was measured to win
@@ -106,6 +110,18 @@ void choose_ring(int n, int rows, int k, PoolerGemmShape& s) {
   }
 }
 
+// The reduction for a chosen shape, in place: async where it was measured to
+// win (docs/PERFORMANCE.md, H200). That is where the whole of w is loaded in
+// the prologue (one unrolled round, registers: N = 512 at K = 8192), so the
+// period is the chain after the PDL wait and the cluster barrier was 1-1.3 us
+// of it, and at most 4 rows: 3.2 -> 2.9 us per launch at b = 1, 3.3 -> 3.2 at
+// b = 4, but slower at b = 8 (3.5 -> 3.9) and 16 (3.9 -> 5.0). Elsewhere the
+// barrier's cost hides behind the stream (N = 1024: 1-9% slower async).
+void choose_reduction(int rows, int k, PoolerGemmShape& s) {
+  const bool all_of_w_in_prologue = s.stages == 0 && k / 32 / (s.split_k * s.warps_k) == s.k_unroll;
+  s.async_reduce = s.split_k > 1 && all_of_w_in_prologue && rows <= 4;
+}
+
 }  // namespace
 
 std::string describe(const PoolerGemmShape& s) {
@@ -113,10 +129,10 @@ std::string describe(const PoolerGemmShape& s) {
   const int warps_n = s.warps_k > 0 ? s.warps() / s.warps_k : 0;
   const int tiles = warps_n > 0 ? s.outputs_per_block / (16 * warps_n) : 0;
   return fmt::format("block {}, {} columns/CTA ({} tiles x {} warps), split-K {} CTAs x {} warps, unroll {}, {}, "
-                     "{} CTAs/SM",
+                     "{} CTAs/SM{}",
                      s.block_size, s.outputs_per_block, tiles, warps_n, s.split_k, s.warps_k, s.k_unroll,
                      s.stages == 0 ? std::string("registers") : fmt::format("ring of {} stages", s.stages),
-                     s.ctas_per_sm);
+                     s.ctas_per_sm, s.async_reduce ? ", async reduce" : "");
 }
 
 void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish* publish) {
@@ -168,6 +184,9 @@ void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s, const
   }
   if (static_cast<long long>(n) * k > (1LL << 40)) fail("N * K is implausibly large");
   if (s.stages < 0) fail(fmt::format("stages = {} must be 0 (registers) or positive (a shared-memory ring)", s.stages));
+  if (s.async_reduce && s.split_k == 1) {
+    fail("async_reduce needs split_k > 1: without a cluster there are no partials to send");
+  }
   const int chunks = derive(rows, k, s, publish != nullptr).chunks;
   if (s.stages > chunks) {
     fail(fmt::format("stages = {} is more than the {} chunks of 32 * k_unroll K values each warp streams", s.stages,
@@ -289,6 +308,7 @@ PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows) {
 PoolerGemmShape choose_gemm_shape(int n, int k, int rows) {
   PoolerGemmShape s = choose_register_gemm_shape(n, k, rows);
   choose_ring(n, rows, k, s);
+  choose_reduction(rows, k, s);
   validate_gemm_shape(rows, n, k, s);
   return s;
 }
@@ -327,6 +347,7 @@ Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, cons
       .set("SPLIT_K", shape.split_k)
       .set("K_UNROLL", shape.k_unroll)
       .set("STAGES", shape.stages)
+      .set("ASYNC_REDUCE", shape.async_reduce ? 1 : 0)
       .set("MIN_CTAS", shape.ctas_per_sm)
       .set("SMEM_BYTES", bytes)
       .set("TRACE", trace ? 1 : 0);

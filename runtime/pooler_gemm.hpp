@@ -39,7 +39,9 @@ inline constexpr int kMaxGemmRows = 32;
 // SM (128 registers) for rows <= 8 or a single unrolled round, else one. Then,
 // for N >= 2048 and rows <= 8 (where it was measured to win), a shared-memory
 // ring of at least 2 stages within 100 KiB per CTA; POOLER_GEMM_RING=off|on
-// overrides that choice (for comparisons). Throws InvalidArgument when no shape
+// overrides that choice (for comparisons). Last, async_reduce where the
+// prologue loads all of w (registers, one unrolled round: N = 512 at K = 8192)
+// and rows <= 4 (measured). Throws InvalidArgument when no shape
 // fits (n not a multiple of 16, k not a multiple of 32, rows outside [1, 32],
 // too much shared memory) or POOLER_GEMM_RING is neither unset, on nor off.
 PoolerGemmShape choose_gemm_shape(int n, int k, int rows);

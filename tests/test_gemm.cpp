@@ -231,7 +231,7 @@ TEST(GemmPublishForm, RefusesBadMailboxes) {
   testing::expect_mentions(message(8, 4096, GemmPublish{8, 32}), {"P = 32768"});
 }
 
-TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingWhereMeasuredToWin) {
+TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOrReduceAsyncWhereMeasuredToWin) {
   for (int n : kWidths) {
     const PoolerGemmShape first = choose_gemm_shape(n, kHidden, 1);
     for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
@@ -259,8 +259,13 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingWhereMeasuredToWin) {
       if (rows <= 8) {
         EXPECT_EQ(shape.ctas_per_sm, 2);
       }
+      // The async reduction only where all of w is loaded in the prologue
+      // (N = 512 at K = 8192) and with few rows.
+      EXPECT_EQ(shape.async_reduce, n == 512 && rows <= 4);
       if (!ring) {
-        EXPECT_EQ(shape, registers);
+        PoolerGemmShape barrier = shape;
+        barrier.async_reduce = false;
+        EXPECT_EQ(barrier, registers);
       }
       const LaunchShape launch = pooler_gemm_launch_shape(rows, n, kHidden, shape);
       EXPECT_EQ(launch.grid_x, 128u) << "one CTA per SM on 132 SMs, one wave";
@@ -287,6 +292,8 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingWhereMeasuredToWin) {
   EXPECT_EQ(tp8.warps_k, 4);
   EXPECT_EQ(tp8.k_unroll, 8);
   EXPECT_EQ(tp8.stages, 0);
+  EXPECT_FALSE(tp8.async_reduce);
+  EXPECT_TRUE(choose_gemm_shape(512, kHidden, 1).async_reduce);
   const PoolerGemmShape tp2 = choose_gemm_shape(2048, kHidden, 8);
   EXPECT_EQ(tp2.outputs_per_block, 128);
   EXPECT_EQ(tp2.split_k, 8);
@@ -378,6 +385,10 @@ TEST(GemmShapeValidation, NamesTheValueAtFault) {
   testing::expect_mentions(message(4, 1024, kHidden, bad), {"stages = 5 is more than the 4 chunks"});
   bad = good;
   bad.split_k = 1;
+  bad.async_reduce = true;
+  testing::expect_mentions(message(4, 1024, kHidden, bad), {"async_reduce needs split_k > 1"});
+  bad = good;
+  bad.split_k = 1;
   bad.warps_k = 1;
   bad.block_size = 32;
   bad.outputs_per_block = 16;
@@ -402,6 +413,16 @@ TEST(GemmForm, ConstantsDescribeTheShape) {
     EXPECT_NE(constants.find(fragment), std::string::npos) << constants << " lacks " << fragment;
   }
   EXPECT_NE(constants.find("TRACE=0"), std::string::npos) << constants;
+  EXPECT_NE(constants.find("ASYNC_REDUCE=0"), std::string::npos) << constants;
+  // The async reduction: its constant, and 16 more bytes of shared memory (its
+  // mbarrier).
+  PoolerGemmShape async = choose_gemm_shape(512, kHidden, 2);
+  ASSERT_TRUE(async.async_reduce);
+  const std::string async_constants = pooler_gemm_form(2, 512, kHidden, async).describe_constants();
+  EXPECT_NE(async_constants.find("ASYNC_REDUCE=1"), std::string::npos) << async_constants;
+  const int async_bytes = pooler_gemm_shared_bytes(2, 512, kHidden, async);
+  async.async_reduce = false;
+  EXPECT_EQ(async_bytes, (pooler_gemm_shared_bytes(2, 512, kHidden, async) + 15) / 16 * 16 + 16);
 }
 
 TEST(GemmForm, TraceFormsAreSeparateAndCompileWithoutLocalMemory) {

@@ -333,6 +333,40 @@ TEST_F(GemmGpu, RingsGiveTheRegisterPathsBits) {
   }
 }
 
+TEST_F(GemmGpu, AsyncReduceGivesTheClusterBarriersBits) {
+  // st.async into an mbarrier changes how the partials travel, not the order
+  // they are summed in: the same bits as the cluster barrier, with registers
+  // and with a ring, and with one warp per CTA (2 columns per rank, 256 CTAs).
+  // (Clusters where only some ranks sum columns, the fused publish's at
+  // N = 512: test_gemm_publish_gpu, tp 8.)
+  for (int n : {512, 2048}) {
+    for (int rows : {1, 3, 8, 16}) {
+      PoolerGemmShape rule = choose_gemm_shape(n, kHidden, rows);
+      rule.async_reduce = false;
+      std::vector<PoolerGemmShape> barrier = {rule};
+      if (!(choose_register_gemm_shape(n, kHidden, rows) == rule)) {
+        barrier.push_back(choose_register_gemm_shape(n, kHidden, rows));
+      }
+      if (n == 512) barrier.push_back(PoolerGemmShape{32, 16, 8, 8, 1, 2});
+      std::vector<PoolerGemmShape> shapes;
+      for (PoolerGemmShape s : barrier) {
+        s.async_reduce = false;
+        shapes.push_back(s);
+        s.async_reduce = true;
+        shapes.push_back(s);
+      }
+      const std::vector<PoolerGemm> gemms = load(std::vector<int>(shapes.size(), rows), n, kHidden, shapes);
+      check_all(gemms, n, kHidden);
+      const Operands o = random_operands(n, kHidden);
+      for (std::size_t i = 0; i < gemms.size(); i += 2) {
+        const Bits expected = run(gemms[i], o.x_device, o.w_device, o.c_device, true);
+        EXPECT_TRUE(run(gemms[i + 1], o.x_device, o.w_device, o.c_device, true) == expected)
+            << name(gemms[i + 1]) << " differs from " << name(gemms[i]);
+      }
+    }
+  }
+}
+
 TEST_F(GemmGpu, TraceFormsRecordEveryCtaInOrderAndKeepTheBits) {
   // The diagnostic forms of pooler-kernel-bench --trace: the same bits as the
   // form Pooler runs, one record per CTA per launch, the marks in program

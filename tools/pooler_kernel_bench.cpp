@@ -239,7 +239,8 @@ const std::vector<ReadConfig> kChainedReadConfigs = {{256, 16, 1}, {256, 8, 2}, 
 
 const std::vector<ReadConfig> kReadConfigs = {{512, 8, 4}, {256, 8, 8}, {1024, 4, 2}, {512, 4, 4}, {256, 16, 4}};
 
-// Alternative shapes for --sweep: the register shape the rule starts from,
+// Alternative shapes for --sweep: the rule's shape with the other reduction
+// (async or the cluster barrier), the register shape the rule starts from,
 // and rings of the rule's warps with every chunk size, each with the most
 // stages that leave two CTAs per SM (110 KiB) and the most that fit one.
 std::vector<PoolerGemmShape> sweep_shapes(int n, int k, int rows) {
@@ -254,6 +255,9 @@ std::vector<PoolerGemmShape> sweep_shapes(int n, int k, int rows) {
     if (!(s == chosen) && std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
     return true;
   };
+  PoolerGemmShape other_reduction = chosen;
+  other_reduction.async_reduce = !chosen.async_reduce;
+  add(other_reduction);  // refused without a cluster
   PoolerGemmShape registers = choose_register_gemm_shape(n, k, rows);
   add(registers);
   for (int unroll : {16, 8, 4, 2, 1}) {

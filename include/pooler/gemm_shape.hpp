@@ -20,6 +20,8 @@ struct PoolerGemmShape {
                                // block_size), so that the next launch's CTAs fit beside this one's under PDL
   int stages = 0;              // 0: w streams through registers; >= 1: through a ring of this many shared-memory
                                // stages per warp, filled by cp.async (k_unroll steps each)
+  bool async_reduce = false;   // the cluster's partials go by st.async to an mbarrier of the CTA that sums them,
+                               // instead of through a cluster barrier (split_k > 1 only; the same bits)
 
   int warps() const { return block_size / 32; }
   int warps_n() const { return warps() / warps_k; }
@@ -29,7 +31,8 @@ struct PoolerGemmShape {
   friend bool operator==(const PoolerGemmShape&, const PoolerGemmShape&) = default;
 };
 
-// "block 256, 64 columns/CTA (1 tiles x 4 warps), split-K 8 CTAs x 2 warps, unroll 8, 2 CTAs/SM".
+// "block 256, 64 columns/CTA (1 tiles x 4 warps), split-K 8 CTAs x 2 warps, unroll 8, registers, 2 CTAs/SM"
+// (", async reduce" at the end with async_reduce).
 POOLER_API std::string describe(const PoolerGemmShape& shape);
 
 }  // namespace pooler
