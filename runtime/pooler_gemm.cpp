@@ -114,9 +114,10 @@ void choose_ring(int n, int rows, int k, PoolerGemmShape& s) {
 // win (docs/PERFORMANCE.md, H200). That is where the whole of w is loaded in
 // the prologue (one unrolled round, registers: N = 512 at K = 8192), so the
 // period is the chain after the PDL wait and the cluster barrier was 1-1.3 us
-// of it, and at most 4 rows: 3.2 -> 2.9 us per launch at b = 1, 3.3 -> 3.2 at
-// b = 4, but slower at b = 8 (3.5 -> 3.9) and 16 (3.9 -> 5.0). Elsewhere the
-// barrier's cost hides behind the stream (N = 1024: 1-9% slower async).
+// of it, and at most 4 rows: 3.19 -> 2.85 us per launch at b = 1, 3.32 -> 3.12
+// at b = 4, but 3.44 -> 3.41 at b = 8 and slower at b = 16 (4.01 -> 4.35; an
+// earlier build was slower at b = 8 too). Elsewhere the barrier's cost hides
+// behind the stream (N = 1024: 2-9% slower async).
 void choose_reduction(int rows, int k, PoolerGemmShape& s) {
   const bool all_of_w_in_prologue = s.stages == 0 && k / 32 / (s.split_k * s.warps_k) == s.k_unroll;
   s.async_reduce = s.split_k > 1 && all_of_w_in_prologue && rows <= 4;
