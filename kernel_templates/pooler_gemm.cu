@@ -71,9 +71,10 @@
 //   bytes on an mbarrier of the receiving CTA, which waits for exactly the
 //   bytes it expects and nothing else. At N = 512 on an H200, with the next
 //   launch's 8 MB of w streaming in beside it, the barrier took 1-1.3 us after
-//   the last partial was sent, the mbarrier 0.1-0.5 us (pooler-kernel-bench
-//   --trace); the period fell 3.2 -> 2.9 us at b = 1 but not at b >= 8 (at
-//   16 it rose: docs/PERFORMANCE.md), so the host's rule picks it for few rows.
+//   the last partial was sent, the mbarrier 0.1-0.5 us (a trace with its
+//   marks moved around the reduction); the period fell 3.2 -> 2.9 us at b = 1
+//   but not at b >= 8, and rose at 16 (docs/PERFORMANCE.md), so the host's
+//   rule picks it for few rows.
 // - x is staged once per CTA (only its K slice, only ROWS rows) in shared
 //   memory, bypassing L1 (x was just written by the previous kernel), after
 //   pdl_wait; the WARPS_N warps of the CTA share it.
