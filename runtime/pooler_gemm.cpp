@@ -50,6 +50,14 @@ Derived derive(int rows, int k, const PoolerGemmShape& s, bool publish) {
   return d;
 }
 
+// Whether the prologue issues every load of w a CTA makes, as the template's
+// kAllOfWInPrologue: one unrolled round of registers, or a ring that holds the
+// warp's whole K range.
+bool all_of_w_in_prologue(int rows, int k, const PoolerGemmShape& s) {
+  const int chunks = derive(rows, k, s, false).chunks;
+  return s.stages == 0 ? chunks == 1 : s.stages == chunks;
+}
+
 long long shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s, bool publish = false) {
   const Derived d = derive(rows, k, s, publish);
   const long long x_bytes = static_cast<long long>(rows) * d.x_pitch;
@@ -119,8 +127,7 @@ void choose_ring(int n, int rows, int k, PoolerGemmShape& s) {
 // earlier build was slower at b = 8 too). Elsewhere the barrier's cost hides
 // behind the stream (N = 1024: 2-9% slower async).
 void choose_reduction(int rows, int k, PoolerGemmShape& s) {
-  const bool all_of_w_in_prologue = s.stages == 0 && k / 32 / (s.split_k * s.warps_k) == s.k_unroll;
-  s.async_reduce = s.split_k > 1 && all_of_w_in_prologue && rows <= 4;
+  s.async_reduce = s.split_k > 1 && s.stages == 0 && all_of_w_in_prologue(rows, k, s) && rows <= 4;
 }
 
 }  // namespace
@@ -300,8 +307,7 @@ PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows) {
   // (nothing to refill). Forms with 9..32 rows that refill get the whole
   // register file, which ptxas uses to hoist refills (more bytes in flight);
   // capped at 128 some of them spilled.
-  const bool one_round = steps / (s.split_k * s.warps_k) == s.k_unroll;
-  s.ctas_per_sm = (rows <= 8 || one_round) ? 2 : 1;
+  s.ctas_per_sm = (rows <= 8 || all_of_w_in_prologue(rows, k, s)) ? 2 : 1;
   validate_gemm_shape(rows, n, k, s);
   return s;
 }
