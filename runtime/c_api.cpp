@@ -20,8 +20,8 @@
 
 #include "pooler/error.hpp"
 #include "pooler/pooler.hpp"
-#include "runtime/device.hpp"
-#include "runtime/nccl.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/comm/nccl.hpp"
 
 static_assert(sizeof(pooler_unique_id) == sizeof(ncclUniqueId), "pooler_unique_id must be an ncclUniqueId byte for byte");
 static_assert(sizeof(CUdeviceptr) == sizeof(std::uint64_t), "device addresses travel as uint64_t");

@@ -11,18 +11,18 @@
 
 #include <fmt/format.h>
 
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/kernel.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/log.hpp"
-#include "runtime/mailbox.hpp"
-#include "runtime/nccl.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/kernel.hpp"
+#include "runtime/jit/kernel_cache.hpp"
+#include "runtime/jit/log.hpp"
+#include "runtime/comm/mailbox.hpp"
+#include "runtime/comm/nccl.hpp"
 #include "runtime/pooler_forms.hpp"
-#include "runtime/pooler_gemm.hpp"
-#include "runtime/pooler_kernels.hpp"
-#include "runtime/sha256.hpp"
-#include "runtime/symmetric_mailbox.hpp"
+#include "runtime/gemm/pooler_gemm.hpp"
+#include "runtime/gather/gather_kernels.hpp"
+#include "runtime/jit/sha256.hpp"
+#include "runtime/comm/symmetric_buffer.hpp"
 
 namespace pooler {
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <set>
 
-#include "runtime/pooler_gemm.hpp"
-#include "runtime/pooler_kernels.hpp"
+#include "runtime/gemm/pooler_gemm.hpp"
+#include "runtime/gather/gather_kernels.hpp"
 
 namespace pooler {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "pooler/gemm_shape.hpp"
-#include "runtime/form.hpp"
+#include "runtime/jit/form.hpp"
 
 namespace pooler {
 

@@ -2,7 +2,7 @@
 // against what ptxas itself printed (--ptxas-options=-v), an account that
 // does not go through the ELF; then cut-short and corrupted cubins, which
 // must throw pooler::Error or read, never crash.
-#include "runtime/cubin_elf.hpp"
+#include "runtime/jit/cubin_elf.hpp"
 
 #include <elf.h>
 #include <gtest/gtest.h>

@@ -5,9 +5,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "runtime/cubin_elf.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/sample_form.hpp"
+#include "runtime/jit/cubin_elf.hpp"
+#include "runtime/jit/kernel_cache.hpp"
+#include "runtime/jit/sample_form.hpp"
 #include "support/process.hpp"
 
 namespace pooler {

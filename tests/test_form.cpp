@@ -8,9 +8,9 @@
 #include <random>
 
 #include "pooler/error.hpp"
-#include "runtime/form.hpp"
-#include "runtime/sample_form.hpp"
-#include "runtime/template_library.hpp"
+#include "runtime/jit/form.hpp"
+#include "runtime/jit/sample_form.hpp"
+#include "runtime/jit/template_library.hpp"
 
 namespace pooler {
 namespace {

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "pooler/error.hpp"
-#include "runtime/cubin_elf.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/pooler_gemm.hpp"
+#include "runtime/jit/cubin_elf.hpp"
+#include "runtime/jit/kernel_cache.hpp"
+#include "runtime/gemm/pooler_gemm.hpp"
 #include "support/process.hpp"
 #include "support/refusal.hpp"
 

@@ -29,11 +29,11 @@
 
 #include "pooler/error.hpp"
 #include "reference/reference.hpp"
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/gemm_trace.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/pooler_gemm.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/gemm/gemm_trace.hpp"
+#include "runtime/jit/kernel_cache.hpp"
+#include "runtime/gemm/pooler_gemm.hpp"
 #include "support/gpu.hpp"
 #include "support/process.hpp"
 

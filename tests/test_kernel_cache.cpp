@@ -11,10 +11,10 @@
 #include <thread>
 
 #include "pooler/error.hpp"
-#include "runtime/cubin_elf.hpp"
-#include "runtime/disk_cache.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/sample_form.hpp"
+#include "runtime/jit/cubin_elf.hpp"
+#include "runtime/jit/disk_cache.hpp"
+#include "runtime/jit/kernel_cache.hpp"
+#include "runtime/jit/sample_form.hpp"
 #include "support/process.hpp"
 
 namespace pooler {

@@ -10,10 +10,10 @@
 #include <string>
 
 #include "pooler/error.hpp"
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/sample_form.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/kernel_cache.hpp"
+#include "runtime/jit/sample_form.hpp"
 #include "support/process.hpp"
 
 namespace pooler {

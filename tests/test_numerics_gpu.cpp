@@ -8,8 +8,8 @@
 #include <cstdint>
 
 #include "numerics.cuh"
-#include "runtime/kernel.hpp"
-#include "runtime/kernel_cache.hpp"
+#include "runtime/jit/kernel.hpp"
+#include "runtime/jit/kernel_cache.hpp"
 #include "support/gpu.hpp"
 #include "support/process.hpp"
 

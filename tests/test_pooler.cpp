@@ -14,8 +14,8 @@
 
 #include "pooler/error.hpp"
 #include "pooler/pooler.hpp"
-#include "runtime/cubin_elf.hpp"
-#include "runtime/kernel_cache.hpp"
+#include "runtime/jit/cubin_elf.hpp"
+#include "runtime/jit/kernel_cache.hpp"
 #include "support/forms.hpp"
 #include "support/process.hpp"
 #include "support/refusal.hpp"

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cubin_elf.hpp"
-#include "runtime/kernel_cache.hpp"
+#include "runtime/jit/cubin_elf.hpp"
+#include "runtime/jit/kernel_cache.hpp"
 #include "runtime/pooler_forms.hpp"
 #include "support/process.hpp"
 #include "tools/bench_forms.hpp"

@@ -68,9 +68,9 @@
 
 #include "pooler/error.hpp"
 #include "pooler/pooler.hpp"
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/nccl.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/comm/nccl.hpp"
 #include "support/gpu.hpp"
 #include "support/multi_gpu.hpp"
 #include "support/process.hpp"

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "pooler/error.hpp"
-#include "runtime/cubin_elf.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/mailbox.hpp"
-#include "runtime/pooler_kernels.hpp"
+#include "runtime/jit/cubin_elf.hpp"
+#include "runtime/jit/kernel_cache.hpp"
+#include "runtime/comm/mailbox.hpp"
+#include "runtime/gather/gather_kernels.hpp"
 #include "support/forms.hpp"
 #include "support/process.hpp"
 #include "support/refusal.hpp"

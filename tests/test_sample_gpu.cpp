@@ -8,11 +8,11 @@
 #include <random>
 #include <vector>
 
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/kernel.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/sample_form.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/kernel.hpp"
+#include "runtime/jit/kernel_cache.hpp"
+#include "runtime/jit/sample_form.hpp"
 #include "support/gpu.hpp"
 #include "support/process.hpp"
 

@@ -10,10 +10,10 @@
 #include <thread>
 
 #include "pooler/error.hpp"
-#include "runtime/cubin_elf.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/nccl.hpp"
-#include "runtime/symmetric_mailbox.hpp"
+#include "runtime/jit/cubin_elf.hpp"
+#include "runtime/jit/kernel_cache.hpp"
+#include "runtime/comm/nccl.hpp"
+#include "runtime/comm/symmetric_buffer.hpp"
 #include "support/process.hpp"
 
 namespace pooler {

@@ -36,12 +36,12 @@
 
 #include <fmt/format.h>
 
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/kernel.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/nccl.hpp"
-#include "runtime/symmetric_mailbox.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/kernel.hpp"
+#include "runtime/jit/kernel_cache.hpp"
+#include "runtime/comm/nccl.hpp"
+#include "runtime/comm/symmetric_buffer.hpp"
 #include "support/gpu.hpp"
 #include "support/multi_gpu.hpp"
 #include "support/process.hpp"

@@ -11,9 +11,9 @@
 
 #include <fmt/format.h>
 
-#include "runtime/form.hpp"
+#include "runtime/jit/form.hpp"
 #include "runtime/pooler_forms.hpp"
-#include "runtime/pooler_kernels.hpp"
+#include "runtime/gather/gather_kernels.hpp"
 
 namespace pooler::bench {
 

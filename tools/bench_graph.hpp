@@ -5,7 +5,7 @@
 #include <cuda.h>
 
 #include "pooler/error.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/jit/driver.hpp"
 
 namespace pooler::bench {
 

@@ -19,13 +19,13 @@
 #include <fmt/format.h>
 
 #include "pooler/pooler.hpp"
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/kernel.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/nccl.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/kernel.hpp"
+#include "runtime/jit/kernel_cache.hpp"
+#include "runtime/comm/nccl.hpp"
 #include "runtime/pooler_forms.hpp"
-#include "runtime/pooler_kernels.hpp"
+#include "runtime/gather/gather_kernels.hpp"
 #include "tools/bench_forms.hpp"
 #include "tools/bench_graph.hpp"
 

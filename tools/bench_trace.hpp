@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/device.hpp"
-#include "runtime/gemm_trace.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/gemm/gemm_trace.hpp"
 
 namespace pooler::bench {
 

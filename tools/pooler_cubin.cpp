@@ -25,12 +25,12 @@
 #include <fmt/format.h>
 
 #include "pooler/error.hpp"
-#include "runtime/cubin_elf.hpp"
-#include "runtime/disk_cache.hpp"
-#include "runtime/compiler.hpp"
-#include "runtime/kernel_cache.hpp"
+#include "runtime/jit/cubin_elf.hpp"
+#include "runtime/jit/disk_cache.hpp"
+#include "runtime/jit/compiler.hpp"
+#include "runtime/jit/kernel_cache.hpp"
 #include "runtime/pooler_forms.hpp"
-#include "runtime/sample_form.hpp"
+#include "runtime/jit/sample_form.hpp"
 
 namespace fs = std::filesystem;
 using namespace pooler;

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/driver.hpp"
 
 namespace pooler::testing {
 

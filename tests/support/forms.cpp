@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "runtime/kernel_cache.hpp"
+#include "runtime/jit/kernel_cache.hpp"
 #include "support/process.hpp"
 
 namespace pooler::testing {

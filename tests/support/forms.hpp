@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cubin_elf.hpp"
-#include "runtime/form.hpp"
+#include "runtime/jit/cubin_elf.hpp"
+#include "runtime/jit/form.hpp"
 
 namespace pooler::testing {
 

@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/driver.hpp"
 
 // Skips the current test unless at least `count` GPUs are usable.
 #define POOLER_REQUIRE_GPUS(count)                                                       \

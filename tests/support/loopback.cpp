@@ -1,6 +1,6 @@
 #include "support/loopback.hpp"
 
-#include "runtime/template_library.hpp"
+#include "runtime/jit/template_library.hpp"
 
 namespace pooler::testing {
 

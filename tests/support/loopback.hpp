@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/device.hpp"
-#include "runtime/form.hpp"
-#include "runtime/kernel_cache.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/form.hpp"
+#include "runtime/jit/kernel_cache.hpp"
 #include "support/gpu.hpp"
 #include "support/process.hpp"
 

@@ -14,8 +14,8 @@
 #include <fstream>
 #include <random>
 
-#include "runtime/driver.hpp"
-#include "runtime/nccl.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/comm/nccl.hpp"
 
 extern char** environ;
 

@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/device.hpp"
+#include "runtime/jit/device.hpp"
 #include "support/device_io.hpp"
 
 namespace pooler::testing {

@@ -6,9 +6,9 @@
 #include <bit>
 
 #include "pooler/error.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/kernel_cache.hpp"
-#include "runtime/nccl.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/kernel_cache.hpp"
+#include "runtime/comm/nccl.hpp"
 #include "support/multi_gpu.hpp"
 
 namespace pooler::testing {

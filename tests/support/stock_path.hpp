@@ -27,10 +27,10 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/device.hpp"
-#include "runtime/form.hpp"
-#include "runtime/kernel.hpp"
-#include "runtime/pooler_kernels.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/form.hpp"
+#include "runtime/jit/kernel.hpp"
+#include "runtime/gather/gather_kernels.hpp"
 
 namespace pooler::testing {
 

@@ -1,4 +1,4 @@
-#include "runtime/template_library.hpp"
+#include "runtime/jit/template_library.hpp"
 
 #include <cstdlib>
 #include <filesystem>
@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "pooler/error.hpp"
-#include "runtime/log.hpp"
+#include "runtime/jit/log.hpp"
 
 namespace pooler {
 namespace {

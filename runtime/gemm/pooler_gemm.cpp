@@ -1,4 +1,4 @@
-#include "runtime/pooler_gemm.hpp"
+#include "runtime/gemm/pooler_gemm.hpp"
 
 #include <fmt/format.h>
 

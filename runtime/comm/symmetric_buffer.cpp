@@ -1,4 +1,4 @@
-#include "runtime/symmetric_mailbox.hpp"
+#include "runtime/comm/symmetric_buffer.hpp"
 
 #include <nccl.h>
 
@@ -21,10 +21,10 @@
 #include <fmt/format.h>
 
 #include "pooler/error.hpp"
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/log.hpp"
-#include "runtime/nccl.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/log.hpp"
+#include "runtime/comm/nccl.hpp"
 
 namespace pooler {
 namespace {

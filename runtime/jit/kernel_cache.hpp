@@ -14,10 +14,10 @@
 #include <unordered_map>
 #include <vector>
 
-#include "runtime/cache_entry.hpp"
-#include "runtime/disk_cache.hpp"
-#include "runtime/form.hpp"
-#include "runtime/template_library.hpp"
+#include "runtime/jit/cache_entry.hpp"
+#include "runtime/jit/disk_cache.hpp"
+#include "runtime/jit/form.hpp"
+#include "runtime/jit/template_library.hpp"
 
 namespace pooler {
 

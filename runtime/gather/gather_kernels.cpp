@@ -1,4 +1,4 @@
-#include "runtime/pooler_kernels.hpp"
+#include "runtime/gather/gather_kernels.hpp"
 
 #include <cmath>
 

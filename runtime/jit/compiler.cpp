@@ -1,4 +1,4 @@
-#include "runtime/compiler.hpp"
+#include "runtime/jit/compiler.hpp"
 
 #include <dlfcn.h>
 #include <nvrtc.h>
@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "pooler/error.hpp"
-#include "runtime/log.hpp"
+#include "runtime/jit/log.hpp"
 
 namespace pooler {
 namespace {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cache_entry.hpp"
+#include "runtime/jit/cache_entry.hpp"
 
 namespace pooler {
 

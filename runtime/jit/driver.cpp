@@ -1,4 +1,4 @@
-#include "runtime/driver.hpp"
+#include "runtime/jit/driver.hpp"
 
 #include <dlfcn.h>
 
@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "pooler/error.hpp"
-#include "runtime/log.hpp"
+#include "runtime/jit/log.hpp"
 
 namespace pooler {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/log.hpp"
+#include "runtime/jit/log.hpp"
 
 #include <cstdlib>
 #include <memory>

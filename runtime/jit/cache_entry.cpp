@@ -1,4 +1,4 @@
-#include "runtime/cache_entry.hpp"
+#include "runtime/jit/cache_entry.hpp"
 
 #include <cstdint>
 #include <cstring>
@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/sha256.hpp"
+#include "runtime/jit/sha256.hpp"
 
 namespace pooler {
 namespace {

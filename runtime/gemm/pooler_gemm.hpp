@@ -20,10 +20,10 @@
 #include <string>
 
 #include "pooler/gemm_shape.hpp"
-#include "runtime/cache_entry.hpp"
-#include "runtime/form.hpp"
-#include "runtime/kernel.hpp"
-#include "runtime/mailbox.hpp"
+#include "runtime/jit/cache_entry.hpp"
+#include "runtime/jit/form.hpp"
+#include "runtime/jit/kernel.hpp"
+#include "runtime/comm/mailbox.hpp"
 
 namespace pooler {
 

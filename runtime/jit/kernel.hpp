@@ -14,7 +14,7 @@
 #include <string>
 #include <utility>
 
-#include "runtime/cache_entry.hpp"
+#include "runtime/jit/cache_entry.hpp"
 
 namespace pooler {
 

@@ -2,7 +2,7 @@
 // where). Every offset and size the file states is checked against the bytes
 // we were given before it is used: a truncated or corrupted cubin throws
 // pooler::Error, it is never read past its end.
-#include "runtime/cubin_elf.hpp"
+#include "runtime/jit/cubin_elf.hpp"
 
 #include <elf.h>
 

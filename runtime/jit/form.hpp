@@ -7,7 +7,7 @@
 #include <variant>
 #include <vector>
 
-#include "runtime/template_library.hpp"
+#include "runtime/jit/template_library.hpp"
 
 namespace pooler {
 

@@ -2,7 +2,7 @@
 // exercise the runtime until the pooler's own kernels arrive.
 #pragma once
 
-#include "runtime/form.hpp"
+#include "runtime/jit/form.hpp"
 
 namespace pooler {
 

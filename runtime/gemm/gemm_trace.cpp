@@ -1,11 +1,11 @@
-#include "runtime/gemm_trace.hpp"
+#include "runtime/gemm/gemm_trace.hpp"
 
 #include <fmt/format.h>
 
 #include <cstddef>
 
 #include "pooler/error.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/jit/driver.hpp"
 
 namespace pooler {
 

@@ -1,12 +1,12 @@
-#include "runtime/nccl.hpp"
+#include "runtime/comm/nccl.hpp"
 
 #include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
 
-#include "runtime/driver.hpp"
-#include "runtime/log.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/log.hpp"
 
 namespace pooler {
 

@@ -1,10 +1,10 @@
-#include "runtime/device.hpp"
+#include "runtime/jit/device.hpp"
 
 #include <fmt/format.h>
 
-#include "runtime/driver.hpp"
+#include "runtime/jit/driver.hpp"
 #include "pooler/error.hpp"
-#include "runtime/log.hpp"
+#include "runtime/jit/log.hpp"
 
 namespace pooler {
 

@@ -1,4 +1,4 @@
-#include "runtime/disk_cache.hpp"
+#include "runtime/jit/disk_cache.hpp"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -18,7 +18,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/log.hpp"
+#include "runtime/jit/log.hpp"
 
 namespace pooler {
 namespace fs = std::filesystem;

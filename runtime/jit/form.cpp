@@ -1,4 +1,4 @@
-#include "runtime/form.hpp"
+#include "runtime/jit/form.hpp"
 
 #include <algorithm>
 #include <cctype>

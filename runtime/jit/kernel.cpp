@@ -1,11 +1,11 @@
-#include "runtime/kernel.hpp"
+#include "runtime/jit/kernel.hpp"
 
 #include <fmt/format.h>
 
 #include "pooler/error.hpp"
-#include "runtime/device.hpp"
-#include "runtime/driver.hpp"
-#include "runtime/log.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/log.hpp"
 
 namespace pooler {
 

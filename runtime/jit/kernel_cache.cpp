@@ -1,4 +1,4 @@
-#include "runtime/kernel_cache.hpp"
+#include "runtime/jit/kernel_cache.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -6,9 +6,9 @@
 
 #include <fmt/format.h>
 
-#include "runtime/compiler.hpp"
-#include "runtime/log.hpp"
-#include "runtime/sha256.hpp"
+#include "runtime/jit/compiler.hpp"
+#include "runtime/jit/log.hpp"
+#include "runtime/jit/sha256.hpp"
 
 namespace pooler {
 namespace {

@@ -8,7 +8,7 @@
 #include <array>
 #include <vector>
 
-#include "runtime/pooler_gemm.hpp"
+#include "runtime/gemm/pooler_gemm.hpp"
 
 namespace pooler {
 

@@ -1,4 +1,4 @@
-#include "runtime/sha256.hpp"
+#include "runtime/jit/sha256.hpp"
 
 #include <openssl/evp.h>
 

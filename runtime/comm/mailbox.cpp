@@ -1,11 +1,11 @@
-#include "runtime/mailbox.hpp"
+#include "runtime/comm/mailbox.hpp"
 
 #include <cstring>
 
 #include <fmt/format.h>
 
 #include "pooler/error.hpp"
-#include "runtime/driver.hpp"
+#include "runtime/jit/driver.hpp"
 
 namespace pooler {
 

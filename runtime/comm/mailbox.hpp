@@ -12,8 +12,8 @@
 #include <span>
 #include <string>
 
-#include "kernel_templates/mailbox.cuh"
-#include "runtime/device.hpp"
+#include "kernel_templates/common/mailbox.cuh"
+#include "runtime/jit/device.hpp"
 
 namespace pooler {
 

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/form.hpp"
-#include "runtime/kernel.hpp"
-#include "runtime/mailbox.hpp"
+#include "runtime/jit/form.hpp"
+#include "runtime/jit/kernel.hpp"
+#include "runtime/comm/mailbox.hpp"
 
 namespace pooler {
 
