@@ -1,5 +1,5 @@
 # Writes OUTPUT, a C++ source holding every file of INPUTS as a byte array, so
-# that the installed library needs no source tree (runtime/template_library.cpp
+# that the installed library needs no source tree (runtime/jit/template_library.cpp
 # reads the table through pooler::embedded_templates()).
 string(REPLACE "|" ";" INPUTS "${INPUTS}")
 set(body "")

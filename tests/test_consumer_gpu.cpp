@@ -401,7 +401,7 @@ struct Mismatches {
   }
 };
 
-// fused NVFP4 vs stock NVFP4 for b rows, with the zero-sign exception of numerics.md.
+// fused NVFP4 vs stock NVFP4 for b rows, with the zero-sign exception of docs/design/numerics.md.
 void compare_nvfp4(const CallOutputs& out, const Bf16s* gathered, Mismatches& m) {
   for (int row = 0; row < out.b; ++row) {
     for (int block = 0; block < kBlocks; ++block) {
@@ -739,7 +739,7 @@ TEST_P(ConsumerGpu, SpecialValues) {
         const CallOutputs out = rig.call(in, kind, random_);
         ASSERT_FALSE(rig.state().timed_out()) << where << ": " << rig.state().describe_timeout();
         const int flips = expect_call_matches_stock(out, in, true, where);
-        // numerics.md: a projected -0.0 arrives as +0.0, so where the stock path
+        // docs/design/numerics.md: a projected -0.0 arrives as +0.0, so where the stock path
         // gives -0 (code 0x8) the fused one gives +0 (code 0x0); the "all -0.0" row
         // guarantees some.
         EXPECT_GT(flips, 0) << where << ": no sign-of-zero difference seen";

@@ -1,4 +1,4 @@
-// runtime/cubin_elf: cubins built here with NVRTC, read back and checked
+// runtime/jit/cubin_elf: cubins built here with NVRTC, read back and checked
 // against what ptxas itself printed (--ptxas-options=-v), an account that
 // does not go through the ELF; then cut-short and corrupted cubins, which
 // must throw pooler::Error or read, never crash.

@@ -1,4 +1,4 @@
-// Tests of kernel_templates/numerics.cuh (the conversions every kernel uses) and of
+// Tests of kernel_templates/common/numerics.cuh (the conversions every kernel uses) and of
 // the CPU reference (tests/reference): hand-derived vectors for both, and exhaustive
 // comparisons of the two independent implementations over all 2^32 FP32 inputs.
 #include <gtest/gtest.h>
@@ -326,7 +326,7 @@ TEST(ReferenceNorm, HandRows) {
   EXPECT_EQ(y_eps, (std::vector<std::uint16_t>{0x3F00, 0x3F00}));
 
   // var = 12.5: 3/sqrt(12.5) = 0.84853 -> 0x3F59, 4/sqrt(12.5) = 1.13137 -> 0x3F91;
-  // the sign of a zero survives the norm (the sentinel consequence of numerics.md).
+  // the sign of a zero survives the norm (the sentinel consequence of docs/design/numerics.md).
   const auto mixed = to_bf16({3.0f, 4.0f, -0.0f, 0.0f});
   const auto weight4 = to_bf16({0.0f, 0.0f, 0.0f, 0.0f});
   const auto y_mixed = ref::rms_norm(mixed.data(), 1, 4, weight4.data(), 0.0f, 1.0f);
@@ -383,7 +383,7 @@ TEST(ReferenceNvfp4, DequantizeErrorBounded) {
   const auto y = to_bf16(values);
   float global_amax = 0.0f;
   for (auto h : y) global_amax = std::max(global_amax, std::fabs(ref::ref_bf16_to_float(h)));
-  const float global_scale = 448.0f * 6.0f / global_amax;  // calibrated as in numerics.md
+  const float global_scale = 448.0f * 6.0f / global_amax;  // calibrated as in docs/design/numerics.md
   const ref::Nvfp4 q = ref::nvfp4_quantize(y.data(), kRows, kWidth, global_scale);
   const std::vector<float> back = ref::nvfp4_dequantize(q, kRows, kWidth, global_scale);
   for (std::size_t first = 0; first < y.size(); first += 16) {

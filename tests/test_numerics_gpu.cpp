@@ -77,7 +77,7 @@ TEST_F(NumericsGpu, HardwareE4m3WideningAndRcpOfSix) {
       EXPECT_EQ(std::bit_cast<std::uint32_t>(host[code]), std::bit_cast<std::uint32_t>(expected)) << "code " << code;
     }
   }
-  // numerics.md: rcp.approx.ftz(6) equals the correctly rounded 1/6 on H200.
+  // docs/design/numerics.md: rcp.approx.ftz(6) equals the correctly rounded 1/6 on H200.
   EXPECT_EQ(std::bit_cast<std::uint32_t>(host_rcp6), std::bit_cast<std::uint32_t>(1.0f / 6.0f));
 }
 

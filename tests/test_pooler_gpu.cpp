@@ -1,4 +1,4 @@
-// The Pooler on GPUs (issue 4): H = 8192, P = 4096, tp = 2 (skipped with fewer
+// The Pooler on GPUs: H = 8192, P = 4096, tp = 2 (skipped with fewer
 // than 2 GPUs; one test runs tp = 1 on one GPU), capacity 32.
 //
 // Every fused output is checked against the stock path, bit for bit: per rank the
@@ -6,9 +6,9 @@
 // of the test's before the next call) goes through an ncclAllGather, is rearranged
 // into rows [b, P], normed by the stock norm kernel and, for NVFP4 layers,
 // quantized by the stock quantize kernel (tests/support/stock_path.hpp). The one
-// difference numerics.md allows is the sign of a zero exactly where a projected
+// difference docs/design/numerics.md allows is the sign of a zero exactly where a projected
 // value was -0.0 (BF16 edge layers: -0.0 arrives as +0.0; NVFP4: code 0x0 for
-// 0x8); the device comparison (kernel_templates/test_compare.cu) allows it only
+// 0x8); the device comparison (tests/kernels/test_compare.cu) allows it only
 // at those positions, counts it separately and reports every other difference
 // with its call, layer, row and column. The fused outputs are poisoned before
 // every call (after a first "discovery" call of each kind that learns where the

@@ -1,7 +1,7 @@
 // The forms pooler-bench compiles besides the Pooler's own: the synthetic-data
-// fill (kernel_templates/bench_fill.cu), the stock path's glue
-// (kernel_templates/bench_stock.cu), the streaming-read ceiling
-// (kernel_templates/bench_read.cu, shared with pooler-kernel-bench: same names
+// fill (tools/kernels/bench_fill.cu), the stock path's glue
+// (tools/kernels/bench_stock.cu), the streaming-read ceiling
+// (tools/kernels/bench_read.cu, shared with pooler-kernel-bench: same names
 // and constants, so the two tools share cache entries) and the stock norm and
 // quantize. Header-only so that the CPU test compiles the same forms.
 #pragma once

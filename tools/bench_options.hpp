@@ -1,4 +1,4 @@
-// pooler-bench's command line: every default of the benchmark (issue 5) and the
+// pooler-bench's command line: every default of the benchmark and the
 // hidden flags that the tool passes to the per-GPU processes it starts.
 #pragma once
 

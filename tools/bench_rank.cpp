@@ -52,7 +52,7 @@ void cublas_check(cublasStatus_t status, const char* call, const char* context) 
   }
 }
 
-// splitmix64's mix, as in kernel_templates/bench_fill.cu: one independent
+// splitmix64's mix, as in tools/kernels/bench_fill.cu: one independent
 // stream of synthetic values per (seed, tensor).
 std::uint64_t mix64(std::uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -91,7 +91,7 @@ class Progress {
 
 // Host copies of one layer's outputs. The stock side also keeps the gathered
 // rows: where a projected value was exactly -0.0 the fused path may differ in
-// the sign of a zero (numerics.md), and only the rows tell.
+// the sign of a zero (docs/design/numerics.md), and only the rows tell.
 struct Outputs {
   std::vector<std::uint16_t> rows;    // stock only: [b, P]
   std::vector<std::uint16_t> normed;  // BF16 edge layers: [b, P]

@@ -1,5 +1,5 @@
 // pooler-kernel-bench --trace: where a PDL chain of pooler GEMM launches spends
-// its time, from a trace form's per-CTA marks (runtime/gemm_trace.hpp).
+// its time, from a trace form's per-CTA marks (runtime/gemm/gemm_trace.hpp).
 #pragma once
 
 #include <functional>

@@ -1,5 +1,5 @@
 // pooler-bench: the fused pooler against the stock path, on every GPU of the
-// machine, one process per GPU (issue 5). `pooler-bench --help` says what it
+// machine, one process per GPU. `pooler-bench --help` says what it
 // measures and how; tools/bench_rank.cpp is one rank's work.
 //
 // The parent process never creates a CUDA context: it reads the machine's

@@ -1,7 +1,7 @@
 // pooler-kernel-bench: the pooler GEMM against the GPU's streaming-read
 // ceiling and against cuBLAS, side by side, on one GPU.
 //
-//   1. The ceiling: a read-only kernel (kernel_templates/bench_read.cu) over
+//   1. The ceiling: a read-only kernel (tools/kernels/bench_read.cu) over
 //      about 4 GB, in a few launch shapes; the best GB/s is the ceiling.
 //   2. The pooler GEMM for each batch and width at K = 8192, with cold
 //      weights: launches rotate through enough weight copies that they add up

@@ -21,7 +21,7 @@ parallel over all of them (tp 1, 2, 4 or 8). Every rank:
      pooler calls.
 
 The stock path: x @ W_rank.T (BF16), all_gather_into_tensor, the RMSNorm with gain center
-in FP32 and the NVFP4 quantization of numerics.md, in PyTorch. Its exact rsqrt and
+in FP32 and the NVFP4 quantization of docs/design/numerics.md, in PyTorch. Its exact rsqrt and
 reciprocals differ from the hardware approximations the kernels use, and torch's GEMM sums
 in another order than the pooler GEMM, so it runs twice:
   - from the pooler's own projected blocks: BF16 edge layers must lie within 1 ulp,
@@ -191,7 +191,7 @@ class DeviceArray:
                                          "version": 2}
 
 
-# ---- the stock path in PyTorch (numerics.md) ---------------------------------------------
+# ---- the stock path in PyTorch (docs/design/numerics.md) ---------------------------------
 
 
 def f32_exponent(torch, a):
@@ -232,7 +232,7 @@ def e4m3_satfinite_rn(torch, v):
 
 
 def e2m1_codes(torch, q):
-    """E2M1 codes by numerics.md's table (round to nearest even, saturating), sign in bit 3."""
+    """E2M1 codes by docs/design/numerics.md's table (round to nearest even, saturating), sign in bit 3."""
     a = q.abs()
     code = ((a > 0.25).to(torch.int32) + (a >= 0.75).to(torch.int32) + (a > 1.25).to(torch.int32) +
             (a >= 1.75).to(torch.int32) + (a > 2.5).to(torch.int32) + (a >= 3.5).to(torch.int32) +
@@ -250,7 +250,7 @@ def rms_norm(torch, rows, weight, eps, gain_center):
 
 
 def nvfp4_quantize(torch, y, global_scale):
-    """numerics.md steps 1-6 with exact reciprocals: (codes int32 [b, P], scale bytes int32 [b, P / 16])."""
+    """docs/design/numerics.md steps 1-6 with exact reciprocals: (codes int32 [b, P], scale bytes int32 [b, P / 16])."""
     b, pooled = y.shape
     yf = y.float().view(b, pooled // 16, 16)
     amax = yf.abs().amax(dim=-1)

@@ -1,4 +1,4 @@
-// The launch shape of the pooler GEMM (runtime/pooler_gemm.hpp has the rule
+// The launch shape of the pooler GEMM (runtime/gemm/pooler_gemm.hpp has the rule
 // that picks one and the kernel that runs it).
 #pragma once
 

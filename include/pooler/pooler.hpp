@@ -1,7 +1,7 @@
 // The pooler of every MoE layer of one TP rank: the pooler GEMM, the publish of
 // this rank's column block into every rank's Lamport mailbox, and the gather
 // into the NVFP4 expert input (NVFP4 layers) or the normed BF16 rows (BF16
-// edge layers). The C++ twin of the seed's `Pooler` (shared/seed/pooler_gather.md).
+// edge layers). Protocol and numerics: docs/design/protocol.md, docs/design/numerics.md.
 //
 // Construction is collective over the communicator (the mailbox rendezvous)
 // and compiles every kernel; warm_up() runs each form once and must run on
@@ -60,7 +60,7 @@ struct POOLER_API PoolerLayer {
 // The PoolerLayer of rank `rank` of `tp` from a whole layer: `weight` BF16 [P, H]
 // (rows rank * P / tp ... are this rank's), `norm_weight` BF16 [P],
 // `global_scale` one FP32 value or none. Checks what the fused path assumes and
-// throws InvalidArgument naming the value otherwise (like the seed's pooler_layer).
+// throws InvalidArgument naming the value otherwise (like the Python pooler gather's pooler_layer).
 POOLER_API PoolerLayer pooler_layer(const TensorView& weight, const TensorView& norm_weight, float eps,
                                     float gain_center, const std::optional<TensorView>& global_scale, int tp,
                                     int rank);

@@ -1,5 +1,5 @@
-// The host side of the Lamport mailbox (kernel_templates/mailbox.cuh has the device side
-// and the protocol): the layout helpers, the peer table, and MailboxState, the owner of
+// The host side of the Lamport mailbox (kernel_templates/common/mailbox.cuh has the device side
+// and docs/design/protocol.md the protocol): the layout helpers, the peer table, and MailboxState, the owner of
 // one mailbox's device state block and its host-visible timeout record.
 //
 // The mailbox memory itself belongs to whoever shares it between the ranks (NCCL's

@@ -3,7 +3,7 @@
 // NCCL_WIN_COLL_SYMMETRIC), with every peer's copy addressable from this GPU.
 //
 // How the peers' addresses are found, without NVRTC ever including NCCL's
-// headers (protocol.md, approach (a)): ncclWindow_t points to NCCL's
+// headers (docs/design/protocol.md): ncclWindow_t points to NCCL's
 // `struct ncclWindow_vidmem` in device memory. Its first fields (stable from
 // NCCL 2.28.3 on, checked against nccl_device/impl/core__types.h by
 // static_asserts in the .cpp) are

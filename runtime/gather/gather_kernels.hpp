@@ -1,5 +1,5 @@
-// The pooler gather's kernels: form builders (kernel_templates/publish.cu,
-// consumer_nvfp4.cu, consumer_bf16.cu, stock_norm.cu, stock_quantize.cu) and one small
+// The pooler gather's kernels: form builders (kernel_templates/gather/publish.cu,
+// consumer_nvfp4.cu, consumer_bf16.cu, stock/stock_norm.cu, stock_quantize.cu) and one small
 // launcher per kernel.
 //
 // A launcher is built once (after the form is compiled and loaded) and its launch()

@@ -73,26 +73,24 @@ long long shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s, bool
   return s.async_reduce ? (bytes + 15) / 16 * 16 + 16 : bytes;
 }
 
-// The ring for a register shape, in place, where it was measured to win
-// (docs/PERFORMANCE.md, H200): N >= 2048 with at most 8 rows. There, in the
-// pooler's chain, the GEMM fills its ring while the previous layer's consumer
-// polls, which saved 1.3-2.2 us per layer at TP2 (b 1-8). Below N = 2048 the
-// GEMM alone was 5-25% slower with a ring than with registers (the fused chain
-// could not be measured there: no 4- or 8-GPU machine), and at 16 rows it
-// gained nothing in the chain and lost 2-4% alone. POOLER_GEMM_RING=off keeps
+// The ring for a register shape, in place, where it pays
+// (docs/decisions/0003-shared-memory-ring.md): N >= 2048 with at most 8 rows.
+// There, in the pooler's chain, the GEMM fills its ring while the previous
+// layer's consumer polls. Below N = 2048 the GEMM alone is slower with a ring,
+// and at 16 rows the chain gains nothing. POOLER_GEMM_RING=off keeps
 // the register path everywhere, =on gives a ring wherever one fits (both for
 // comparisons).
 //
 // The ring itself: chunks of 8 steps (512 bytes of a row) where they divide
-// the warp's K range, else 4 (smaller chunks were slower); then as many
+// the warp's K range, else 4 (smaller chunks are slower); then as many
 // stages as leave the CTA
 // within kRingCtaBytes, so that two CTAs share an SM (the next kernel's CTAs
 // start beside this one's), at least 2 unless one holds the warp's whole K
 // range, so that a refill overlaps the MMAs of the other stage. Rings that
-// needed one CTA per SM were slower everywhere.
+// need one CTA per SM are slower.
 void choose_ring(int n, int rows, int k, PoolerGemmShape& s) {
-  // Two CTAs per SM would fit up to 113 KiB each; measured on an H200, rings of
-  // 107-110 KiB were 5-20% slower than the same rings at 2 stages (72-88 KiB).
+  // Two CTAs per SM would fit up to 113 KiB each, but 3-stage rings near that
+  // size are slower than 2-stage ones (docs/decisions/0003).
   constexpr long long kRingCtaBytes = 100 * 1024;
   const char* env = std::getenv("POOLER_GEMM_RING");
   const std::string mode = env ? env : "";
@@ -118,14 +116,12 @@ void choose_ring(int n, int rows, int k, PoolerGemmShape& s) {
   }
 }
 
-// The reduction for a chosen shape, in place: async where it was measured to
-// win (docs/PERFORMANCE.md, H200). That is where the whole of w is loaded in
-// the prologue (one unrolled round, registers: N = 512 at K = 8192), so the
-// period is the chain after the PDL wait and the cluster barrier was 1-1.3 us
-// of it, and at most 4 rows: 3.19 -> 2.85 us per launch at b = 1, 3.32 -> 3.12
-// at b = 4, but 3.44 -> 3.41 at b = 8 and slower at b = 16 (4.01 -> 4.35; an
-// earlier build was slower at b = 8 too). Elsewhere the barrier's cost hides
-// behind the stream (N = 1024: 2-9% slower async).
+// The reduction for a chosen shape, in place: async where it pays
+// (docs/decisions/0006-async-reduction.md). That is where the whole of w is
+// loaded in the prologue (one unrolled round, registers: N = 512 at K = 8192),
+// so the period is the chain after the PDL wait and the cluster barrier a
+// large part of it, and at most 4 rows (no gain at 8, a loss at 16).
+// Elsewhere the barrier's cost hides behind the stream.
 void choose_reduction(int rows, int k, PoolerGemmShape& s) {
   s.async_reduce = s.split_k > 1 && s.stages == 0 && all_of_w_in_prologue(rows, k, s) && rows <= 4;
 }
@@ -226,8 +222,8 @@ void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s, const
 }
 
 // The rule, and why:
-// - 8 warps per CTA (256 threads) at N = 512, 4 from N = 1024 on (measured:
-//   see below). With 8 warps and one CTA per SM, 8 warps x 32 lanes x 16
+// - 8 warps per CTA (256 threads) at N = 512, 4 from N = 1024 on
+//   (docs/decisions/0001-gemm-launch-shape-rule.md). With 8 warps and one CTA per SM, 8 warps x 32 lanes x 16
 //   loads x 16 bytes = 64 KiB of w in flight per SM, two to three times what
 //   4 TB/s over 132 SMs needs at HBM latency (~26 KiB at 800 ns); 4 warps at
 //   two CTAs per SM keep as much.
@@ -259,11 +255,10 @@ PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows) {
   if (k <= 0 || k % 32 != 0) {
     throw InvalidArgument(fmt::format("pooler GEMM: K = {} must be a positive multiple of 32 (one K step)", k));
   }
-  // Measured on an H200 (docs/PERFORMANCE.md, pooler-kernel-bench --sweep):
-  // from N = 1024 on, 4 warps per CTA side by side over columns, with K split
-  // across the cluster only, beat 8 warps that also split K inside the CTA by
-  // 5-30% (most at b = 16); at N = 512 there are too few columns for 4 warps
-  // to reach one wave of CTAs, and 8 warps (split K inside the CTA too) win.
+  // From N = 1024 on, 4 warps per CTA side by side over columns, with K split
+  // across the cluster only, beat 8 warps that also split K inside the CTA; at
+  // N = 512 there are too few columns for 4 warps to reach one wave of CTAs,
+  // and 8 warps (split K inside the CTA too) win (docs/decisions/0001).
   const int kWarpsPerCta = n >= 1024 ? 4 : 8;
   const int kTargetWarps = 128 * kWarpsPerCta;
   constexpr int kLoadsInFlight = 16;

@@ -2,7 +2,7 @@
 // accumulation, one round-to-nearest-even at the end): its launch shape, the
 // rule that picks one, its compiled form and its launcher.
 //
-// The kernel (kernel_templates/pooler_gemm.cu) streams w from HBM into
+// The kernel (kernel_templates/gemm/pooler_gemm.cu; docs/design/gemm.md) streams w from HBM into
 // tensor-core fragments, either straight through registers or through a
 // shared-memory ring that holds more of w before the PDL wait (the shape's
 // stages); the CTAs of a cluster split K and reduce through
@@ -11,7 +11,7 @@
 //
 // A form may also fuse the publish of the pooler gather (GemmPublish): the
 // epilogue then stores c's rows into every peer's mailbox as well, as
-// publish.cu would (kernel_templates/pooler_gemm.cu says how), which saves the
+// publish.cu would (docs/design/gemm.md says how), which saves the
 // publish kernel and its kernel boundary.
 #pragma once
 
@@ -33,15 +33,15 @@ inline constexpr int kMaxGemmSharedBytes = 232448;
 inline constexpr int kMaxGemmRows = 32;
 
 // The launch shape for rows x k @ (n x k).T. The rule (see the definition for
-// the reasoning): 8 warps per CTA at N < 1024, 4 from N = 1024 on (measured),
+// the reasoning): 8 warps per CTA at N < 1024, 4 from N = 1024 on (docs/decisions/0001),
 // 16 loads of w in flight per lane, and as many warps over K as it takes to
 // reach 128 CTAs (one wave on 132 SMs) when n alone gives too few; two CTAs per
 // SM (128 registers) for rows <= 8 or a single unrolled round, else one. Then,
-// for N >= 2048 and rows <= 8 (where it was measured to win), a shared-memory
+// for N >= 2048 and rows <= 8 (docs/decisions/0003), a shared-memory
 // ring of at least 2 stages within 100 KiB per CTA; POOLER_GEMM_RING=off|on
 // overrides that choice (for comparisons). Last, async_reduce where the
 // prologue loads all of w (registers, one unrolled round: N = 512 at K = 8192)
-// and rows <= 4 (measured). Throws InvalidArgument when no shape
+// and rows <= 4 (docs/decisions/0006). Throws InvalidArgument when no shape
 // fits (n not a multiple of 16, k not a multiple of 32, rows outside [1, 32],
 // too much shared memory) or POOLER_GEMM_RING is neither unset, on nor off.
 PoolerGemmShape choose_gemm_shape(int n, int k, int rows);
@@ -51,7 +51,7 @@ PoolerGemmShape choose_gemm_shape(int n, int k, int rows);
 PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows);
 
 // The fused publish: the mailbox the GEMM's output goes to, [3 stages][tp
-// slots][capacity rows][n] BF16 per rank (runtime/mailbox.hpp), so n * tp is
+// slots][capacity rows][n] BF16 per rank (runtime/comm/mailbox.hpp), so n * tp is
 // the pooled width P. Every rank's form must use the same tp and capacity.
 struct GemmPublish {
   int tp = 0;        // 1, 2, 4 or 8

@@ -5,7 +5,7 @@
 // driver refuses it); launching allocates nothing and synchronises nothing.
 // Kernels written for PDL call griddepcontrol.wait before touching what the
 // previous kernel wrote and may call griddepcontrol.launch_dependents early
-// (see kernel_templates/pdl.cuh).
+// (see kernel_templates/common/pdl.cuh).
 #pragma once
 
 #include <cuda.h>

@@ -1,4 +1,4 @@
-// The sample form (kernel_templates/sample.cu): a fill and a scaled copy that
+// The sample form (kernel_templates/common/sample.cu): a fill and a scaled copy that
 // exercise the runtime until the pooler's own kernels arrive.
 #pragma once
 

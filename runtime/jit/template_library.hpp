@@ -1,4 +1,4 @@
-// The kernel templates: kernel_templates/*.cu and *.cuh, embedded into the
+// The kernel templates: kernel_templates/*/*.cu and *.cuh, embedded into the
 // library at build time. POOLER_TEMPLATE_DIR names a folder whose files
 // replace the embedded ones of the same name (for kernel development).
 #pragma once

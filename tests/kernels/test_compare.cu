@@ -1,7 +1,7 @@
 // Test-only: compares a fused output with the stock one on the device and counts what
 // differs, so that thousands of calls can be checked without a host round trip each.
 // A mismatch is counted and the first RECORDS are kept (call tag, element, both values,
-// the gathered input there); a difference that numerics.md allows (the sign of a zero
+// the gathered input there); a difference that docs/design/numerics.md allows (the sign of a zero
 // where the projected value was -0.0, which the mailbox delivers as +0.0) is counted
 // separately. The host mirror of CompareCounters is in tests/support/stock_path.hpp.
 // Constants: THREADS (CTA size), RECORDS (mismatches kept).

@@ -1,4 +1,4 @@
-// The CPU reference of numerics.md. See reference.hpp for what each function promises.
+// The CPU reference of docs/design/numerics.md. See reference.hpp for what each function promises.
 //
 // The conversions here are derived from the formats' definitions: list the
 // representable magnitudes, find the two that bracket |x|, keep the nearer one (the

@@ -1,8 +1,8 @@
-// The CPU reference of numerics.md: the pooler GEMM, pre_expert_norm and the NVFP4
+// The CPU reference of docs/design/numerics.md: the pooler GEMM, pre_expert_norm and the NVFP4
 // quantizer, written for clarity rather than speed.
 //
 // Its scalar conversions are deliberately a second, independent implementation of
-// the ones in kernel_templates/numerics.cuh (nearest-value searches in double instead
+// the ones in kernel_templates/common/numerics.cuh (nearest-value searches in double instead
 // of integer rounding), so that the exhaustive tests compare two derivations of the
 // same contract. Where the GPU uses approximate instructions (rsqrt, rcp) the
 // reference uses correctly rounded operations instead: it is the exact-arithmetic
@@ -51,7 +51,7 @@ struct Nvfp4 {
   std::vector<std::uint8_t> scales;
 };
 
-// numerics.md steps 1-6 with correctly rounded reciprocals (1.0f / x) in place of
+// docs/design/numerics.md steps 1-6 with correctly rounded reciprocals (1.0f / x) in place of
 // rcp.approx.ftz. p must be a multiple of 16.
 Nvfp4 nvfp4_quantize(const std::uint16_t* y, int b, int p, float global_scale);
 

@@ -1,4 +1,4 @@
-// Test support: what an engine runs without the fused gather (numerics.md, "The
+// Test support: what an engine runs without the fused gather (docs/design/numerics.md, "The
 // stock path"), and device-side checking of the fused outputs against it.
 //
 //   StockPath       per rank: an ncclAllGather of the [b, P / tp] shards (the
@@ -6,7 +6,7 @@
 //                   block in columns [r W, (r + 1) W)), the stock norm kernel,
 //                   then for NVFP4 layers the stock quantize kernel.
 //   DeviceComparer  compares a fused output with the stock one on the GPU and
-//                   counts mismatches (kernel_templates/test_compare.cu), keeping
+//                   counts mismatches (tests/kernels/test_compare.cu), keeping
 //                   the first few; thousands of calls are checked without a host
 //                   round trip each.
 //   Spinner         makes a rank late: holds its stream for some nanoseconds.
@@ -37,7 +37,7 @@ namespace pooler::testing {
 inline constexpr int kTestThreads = 256;    // CTA size of the test kernels
 inline constexpr int kCompareRecords = 16;  // mismatches a DeviceComparer keeps
 
-// The forms of the test kernels (kernel_templates/test_*.cu).
+// The forms of the test kernels (tests/kernels/test_*.cu).
 Form compare_form();
 Form spin_form();
 Form gather_rows_form(int pooled, int tp);

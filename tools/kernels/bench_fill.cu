@@ -1,4 +1,4 @@
-// Deterministic synthetic tensors for tools/pooler_bench: element i of a tensor is
+// Deterministic synthetic tensors for tools/pooler_bench.cpp: element i of a tensor is
 // a function of (seed, i) alone, so every rank, every TP degree and every run sees
 // the same logical tensors, and gigabytes of weights appear in milliseconds instead
 // of the minutes a host-side generator and upload would take.

@@ -1,4 +1,4 @@
-// The streaming-read ceiling for tools/pooler_kernel_bench: every 16-byte
+// The streaming-read ceiling for tools/pooler_kernel_bench.cpp: every 16-byte
 // vector of a buffer read once, as the pooler GEMM reads its weights
 // (ld.global.nc, no L1 allocation, 256-byte L2 requests), and nothing written.
 // Constants: THREADS (per CTA), UNROLL (independent loads in flight per thread),
