@@ -23,6 +23,14 @@ class POOLER_API NoDriverError : public Error {
   using Error::Error;
 };
 
+// NVRTC (libnvrtc.so.13) is missing or not CUDA 13's: raised by anything that
+// compiles or computes a cache key. A NoDriverError, so that code (and the C
+// ABI's POOLER_NO_DRIVER) that handles a machine without CUDA handles it too.
+class POOLER_API NoCompilerError : public NoDriverError {
+ public:
+  using NoDriverError::NoDriverError;
+};
+
 // A CUDA driver API call failed: the message carries the call, the code's name
 // and the context.
 class POOLER_API CudaError : public Error {

@@ -1,7 +1,6 @@
 #include "runtime/jit/compiler.hpp"
 
 #include <dlfcn.h>
-#include <nvrtc.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -11,13 +10,14 @@
 
 #include "pooler/error.hpp"
 #include "runtime/jit/log.hpp"
+#include "runtime/jit/nvrtc.hpp"
 
 namespace pooler {
 namespace {
 
 void check_nvrtc(nvrtcResult status, const char* call, const std::string& form_name) {
   if (status != NVRTC_SUCCESS) {
-    throw CompileError(fmt::format("{} failed: {} [form {}]", call, nvrtcGetErrorString(status), form_name));
+    throw CompileError(fmt::format("{} failed: {} [form {}]", call, nvrtc().nvrtcGetErrorString(status), form_name));
   }
 }
 
@@ -31,11 +31,11 @@ class Program {
       names.push_back(name.c_str());
       texts.push_back(text.c_str());
     }
-    check_nvrtc(nvrtcCreateProgram(&program_, source.c_str(), (form_name + ".cu").c_str(), static_cast<int>(texts.size()),
+    check_nvrtc(nvrtc().nvrtcCreateProgram(&program_, source.c_str(), (form_name + ".cu").c_str(), static_cast<int>(texts.size()),
                                    texts.data(), names.data()),
                 "nvrtcCreateProgram", form_name);
   }
-  ~Program() { nvrtcDestroyProgram(&program_); }
+  ~Program() { nvrtc().nvrtcDestroyProgram(&program_); }
   Program(const Program&) = delete;
   Program& operator=(const Program&) = delete;
   nvrtcProgram get() const { return program_; }
@@ -46,9 +46,9 @@ class Program {
 
 std::string program_log(nvrtcProgram program, const std::string& form_name) {
   size_t size = 0;
-  check_nvrtc(nvrtcGetProgramLogSize(program, &size), "nvrtcGetProgramLogSize", form_name);
+  check_nvrtc(nvrtc().nvrtcGetProgramLogSize(program, &size), "nvrtcGetProgramLogSize", form_name);
   std::string text(size, '\0');
-  check_nvrtc(nvrtcGetProgramLog(program, text.data()), "nvrtcGetProgramLog", form_name);
+  check_nvrtc(nvrtc().nvrtcGetProgramLog(program, text.data()), "nvrtcGetProgramLog", form_name);
   while (!text.empty() && (text.back() == '\0' || text.back() == '\n')) {
     text.pop_back();
   }
@@ -67,7 +67,8 @@ std::string file_identity(const std::string& path) {
 }  // namespace
 
 std::vector<std::string> compile_options(const std::string& architecture, bool fast_math) {
-  std::vector<std::string> options = {fmt::format("--gpu-architecture={}", architecture), "-std=c++17", "-default-device", "--fmad=true"};
+  std::vector<std::string> options = {fmt::format("--gpu-architecture={}", architecture), "-std=c++17", "-default-device", "--fmad=true",
+                                         "--no-cache"};
   if (fast_math) {
     options.emplace_back("--use_fast_math");
   }
@@ -92,7 +93,7 @@ Compiled compile(const std::string& form_name, const std::string& source,
   for (const std::string& option : options) {
     arguments.push_back(option.c_str());
   }
-  const nvrtcResult status = nvrtcCompileProgram(program.get(), static_cast<int>(arguments.size()), arguments.data());
+  const nvrtcResult status = nvrtc().nvrtcCompileProgram(program.get(), static_cast<int>(arguments.size()), arguments.data());
   Compiled compiled;
   compiled.log = program_log(program.get(), form_name);
   if (status != NVRTC_SUCCESS) {
@@ -100,9 +101,7 @@ Compiled compile(const std::string& form_name, const std::string& source,
     if (status == NVRTC_ERROR_BUILTIN_OPERATION_FAILURE) {
       hint = fmt::format("\nNVRTC could not use its builtins library (libnvrtc-builtins.so.{}): is it on the "
                          "library path (LD_LIBRARY_PATH) beside libnvrtc?", [] {
-                           int major = 0, minor = 0;
-                           nvrtcVersion(&major, &minor);
-                           return fmt::format("{}.{}", major, minor);
+                           return fmt::format("{}.{}", nvrtc().major, nvrtc().minor);
                          }());
     }
     std::string joined;
@@ -111,16 +110,16 @@ Compiled compile(const std::string& form_name, const std::string& source,
     }
     throw CompileError(fmt::format("NVRTC failed to compile form {}: {}{}\noptions:{}\n--- NVRTC log ---\n{}\n"
                                    "--- specialized source ---\n{}",
-                                   form_name, nvrtcGetErrorString(status), hint, joined, compiled.log, numbered(source)));
+                                   form_name, nvrtc().nvrtcGetErrorString(status), hint, joined, compiled.log, numbered(source)));
   }
   size_t size = 0;
-  check_nvrtc(nvrtcGetCUBINSize(program.get(), &size), "nvrtcGetCUBINSize", form_name);
+  check_nvrtc(nvrtc().nvrtcGetCUBINSize(program.get(), &size), "nvrtcGetCUBINSize", form_name);
   if (size == 0) {
     throw CompileError(fmt::format("NVRTC produced no cubin for form {}: is the architecture ({}) a real sm_XY one?",
                                    form_name, options.front()));
   }
   compiled.cubin.resize(size);
-  check_nvrtc(nvrtcGetCUBIN(program.get(), reinterpret_cast<char*>(compiled.cubin.data())), "nvrtcGetCUBIN", form_name);
+  check_nvrtc(nvrtc().nvrtcGetCUBIN(program.get(), reinterpret_cast<char*>(compiled.cubin.data())), "nvrtcGetCUBIN", form_name);
   compiled.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log().debug("compiled form {} in {:.3f} s ({} bytes of cubin)", form_name, compiled.seconds, size);
   if (!compiled.log.empty()) {
@@ -131,15 +130,14 @@ Compiled compile(const std::string& form_name, const std::string& source,
 
 const std::string& nvrtc_identity() {
   static const std::string identity = [] {
-    int major = 0, minor = 0;
-    nvrtcVersion(&major, &minor);
-    std::string text = fmt::format("NVRTC {}.{}", major, minor);
+    const NvrtcApi& api = nvrtc();
+    std::string text = fmt::format("NVRTC {}.{}", api.major, api.minor);
     Dl_info info{};
-    if (void* symbol = dlsym(RTLD_DEFAULT, "nvrtcVersion"); symbol != nullptr && dladdr(symbol, &info) != 0 && info.dli_fname != nullptr) {
+    if (dladdr(reinterpret_cast<void*>(api.nvrtcVersion), &info) != 0 && info.dli_fname != nullptr) {
       const std::string library = info.dli_fname;
       text.append(" ").append(file_identity(library));
       const std::string folder = library.substr(0, library.find_last_of('/') + 1);
-      text.append(" ").append(file_identity(fmt::format("{}libnvrtc-builtins.so.{}.{}", folder, major, minor)));
+      text.append(" ").append(file_identity(fmt::format("{}libnvrtc-builtins.so.{}.{}", folder, api.major, api.minor)));
     }
     return text;
   }();

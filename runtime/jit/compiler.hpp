@@ -6,6 +6,9 @@
 //   -std=c++17 -default-device  templates are device code unless marked
 //   --fmad=true                 FMA contraction, as nvcc does by default
 //   --use_fast_math             only when the form asks (FTZ, approximate division)
+//   --no-cache                  not NVRTC's own cache in the driver's compute cache:
+//                               pooler's cache is the one it checks and trusts, and a
+//                               cubin served from NVRTC's comes with no ptxas report
 // Headers come from the template library only (no include paths): NVRTC has
 // no libc headers, and every byte it sees is hashed into the key.
 #pragma once
