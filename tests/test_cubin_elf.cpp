@@ -87,8 +87,11 @@ Build compile(const char* source, const std::string& architecture, bool with_tem
   if (with_template) check(nvrtcAddNameExpression(raw, kScaledExpression), "nvrtcAddNameExpression");
 
   const std::string arch_option = "--gpu-architecture=" + architecture;
-  const char* options[] = {arch_option.c_str(), "--ptxas-options=-v"};
-  const nvrtcResult compiled = nvrtcCompileProgram(raw, 2, options);
+  // --no-cache: NVRTC 12.9+ keeps its own on-disk cache, and a cubin served
+  // from it comes with no ptxas report: under a parallel ctest another process
+  // compiling the same source first left the log of this one empty.
+  const char* options[] = {arch_option.c_str(), "--ptxas-options=-v", "--no-cache"};
+  const nvrtcResult compiled = nvrtcCompileProgram(raw, 3, options);
 
   Build build;
   std::size_t size = 0;

@@ -1,0 +1,32 @@
+# Install rules: libpooler.so (versioned SONAME), the public headers, the tools,
+# a CMake package (find_package(pooler) -> pooler::pooler) and a pkg-config file.
+include(CMakePackageConfigHelpers)
+set(POOLER_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/pooler)
+
+install(TARGETS pooler EXPORT poolerTargets
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT development)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/pooler DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT development)
+if(POOLER_BUILD_TOOLS)
+  install(TARGETS pooler-cubin pooler-bench pooler-kernel-bench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR}
+          COMPONENT tools)
+endif()
+install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+
+install(EXPORT poolerTargets NAMESPACE pooler:: DESTINATION ${POOLER_CMAKE_DIR} COMPONENT development)
+configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/poolerConfig.cmake.in
+                              ${PROJECT_BINARY_DIR}/poolerConfig.cmake INSTALL_DESTINATION ${POOLER_CMAKE_DIR})
+# Before 1.0 only the same minor version is compatible (the SONAME says so too).
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/poolerConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion)
+install(FILES ${PROJECT_BINARY_DIR}/poolerConfig.cmake ${PROJECT_BINARY_DIR}/poolerConfigVersion.cmake
+        DESTINATION ${POOLER_CMAKE_DIR} COMPONENT development)
+
+# pkg-config: the include folders of cuda.h and nccl.h that pooler.hpp needs.
+set(POOLER_PC_CFLAGS "")
+foreach(folder IN LISTS CUDAToolkit_INCLUDE_DIRS POOLER_NCCL_INCLUDE)
+  if(NOT POOLER_PC_CFLAGS MATCHES "-I${folder}( |$)")
+    string(APPEND POOLER_PC_CFLAGS " -I${folder}")
+  endif()
+endforeach()
+configure_file(${PROJECT_SOURCE_DIR}/cmake/pooler.pc.in ${PROJECT_BINARY_DIR}/pooler.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/pooler.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT development)
