@@ -31,6 +31,12 @@ cmake --build "$prefix/consumer" >/dev/null
 say "find_package(pooler) consumer:"
 "$prefix/consumer/pooler_consumer"
 
+# As a subproject: configures without GoogleTest (building it would compile the
+# library a second time; the configure is what a missing GoogleTest would break).
+cmake -S tests/consumer -B "$prefix/subproject" -G "$generator" -DPOOLER_SOURCE_DIR="$PWD" \
+  -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON >/dev/null
+say "add_subdirectory(pooler) configures without GoogleTest, with the library alone"
+
 if ! command -v pkg-config >/dev/null; then
   say "no pkg-config here: the pkg-config consumer is not built"
   exit 0
