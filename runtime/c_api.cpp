@@ -30,7 +30,7 @@ static_assert(static_cast<int>(pooler::DType::bf16) == POOLER_DTYPE_BF16 &&
                   static_cast<int>(pooler::DType::u8) == POOLER_DTYPE_U8 &&
                   static_cast<int>(pooler::DType::e4m3) == POOLER_DTYPE_E4M3,
               "pooler_dtype mirrors pooler::DType");
-// The layouts that Python's ctypes and other FFIs mirror (tools/pooler_torch.py):
+// The layouts that Python's ctypes and other FFIs mirror (python/: checked at its build):
 // a change here is a new POOLER_ABI_VERSION.
 static_assert(sizeof(pooler_layer_desc) == 32 && offsetof(pooler_layer_desc, eps) == 24);
 static_assert(sizeof(pooler_options) == 56 && offsetof(pooler_options, spin_timeout_ns) == 40 &&
@@ -169,6 +169,27 @@ pooler_expert_input to_c(const pooler::ExpertInput& input) {
     out.normed = to_c(input.normed);
   }
   return out;
+}
+
+// A caller's view. A dtype outside pooler_dtype matches no check (it describes
+// itself as "?"); fields that do not apply are never checked.
+pooler::TensorView from_c(const pooler_tensor& tensor) {
+  return pooler::TensorView::matrix(tensor.data, static_cast<pooler::DType>(tensor.dtype), tensor.rows, tensor.cols);
+}
+
+pooler::ExpertInput from_c(const pooler_expert_input& input) {
+  pooler::ExpertInput out;
+  out.packed = from_c(input.packed);
+  out.scales = from_c(input.scales);
+  out.normed = from_c(input.normed);
+  return out;
+}
+
+// The first b rows of the Pooler's projected-block scratch.
+pooler_tensor projection_rows(const pooler_st& handle, int b) {
+  pooler_tensor block = to_c(handle.pooler->projection());
+  block.rows = b;
+  return block;
 }
 
 pooler::TensorView x_view(const pooler_st& handle, std::uint64_t x, int b) {
@@ -421,13 +442,58 @@ pooler_status pooler_run(pooler_t pooler, int layer, std::uint64_t x, int b, voi
     require_pooler(pooler);
     require(out, "out", "a pointer to a pooler_expert_input to receive the outputs");
     *out = pooler_expert_input{};
-    // Pooler::run is exactly these three calls; through them the C layer
-    // learns where the projected block is, for pooler_last_projection.
-    const CUstream s = to_stream(stream);
-    const pooler::TensorView block = pooler->pooler->project(layer, x_view(*pooler, x, b), s);
-    pooler->last_projection = to_c(block);
-    pooler->pooler->publish(b, s);
-    *out = to_c(pooler->pooler->gather(layer, b, s));
+    *out = to_c(pooler->pooler->run(layer, x_view(*pooler, x, b), to_stream(stream)));
+    pooler->last_projection = projection_rows(*pooler, b);
+  });
+}
+
+pooler_status pooler_run_into(pooler_t pooler, int layer, std::uint64_t x, int b, void* stream,
+                              const pooler_expert_input* out) {
+  return guarded("pooler_run_into", pooler, [&] {
+    require_pooler(pooler);
+    require(out, "out", "a pooler_expert_input holding the output views");
+    pooler->pooler->run(layer, x_view(*pooler, x, b), from_c(*out), to_stream(stream));
+    pooler->last_projection = projection_rows(*pooler, b);
+  });
+}
+
+pooler_status pooler_project_into(pooler_t pooler, int layer, std::uint64_t x, int b, void* stream,
+                                  const pooler_tensor* block) {
+  return guarded("pooler_project_into", pooler, [&] {
+    require_pooler(pooler);
+    require(block, "block", "a pooler_tensor: the BF16 [b, P / tp] output");
+    pooler->pooler->project(layer, x_view(*pooler, x, b), from_c(*block), to_stream(stream));
+    pooler->last_projection = *block;
+  });
+}
+
+pooler_status pooler_publish_from(pooler_t pooler, const pooler_tensor* block, void* stream) {
+  return guarded("pooler_publish_from", pooler, [&] {
+    require_pooler(pooler);
+    require(block, "block", "a pooler_tensor: the BF16 [b, P / tp] block to publish");
+    pooler->pooler->publish(from_c(*block), to_stream(stream));
+  });
+}
+
+pooler_status pooler_gather_into(pooler_t pooler, int layer, int b, void* stream, const pooler_expert_input* out) {
+  return guarded("pooler_gather_into", pooler, [&] {
+    require_pooler(pooler);
+    require(out, "out", "a pooler_expert_input holding the output views");
+    pooler->pooler->gather(layer, b, from_c(*out), to_stream(stream));
+  });
+}
+
+pooler_status pooler_scratch(pooler_t pooler, pooler_tensor* block, pooler_expert_input* outputs) {
+  return guarded("pooler_scratch", pooler, [&] {
+    require_pooler(pooler);
+    require(block, "block", "a pointer to a pooler_tensor to receive the projected block's scratch");
+    require(outputs, "outputs", "a pointer to a pooler_expert_input to receive the outputs' scratch");
+    *block = to_c(pooler->pooler->projection());
+    const pooler::ExpertInput scratch = pooler->pooler->scratch();
+    *outputs = pooler_expert_input{};
+    outputs->packed = to_c(scratch.packed);
+    outputs->scales = to_c(scratch.scales);
+    outputs->normed = to_c(scratch.normed);
   });
 }
 

@@ -23,84 +23,11 @@
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/jit/sha256.hpp"
 #include "runtime/comm/symmetric_buffer.hpp"
+#include "runtime/tensor_view.hpp"
 
 namespace pooler {
 
-// ---- views ------------------------------------------------------------------------------
-
-const char* to_string(DType dtype) {
-  switch (dtype) {
-    case DType::bf16: return "BF16";
-    case DType::f32: return "FP32";
-    case DType::u8: return "U8";
-    case DType::e4m3: return "E4M3";
-  }
-  return "?";
-}
-
-int element_bytes(DType dtype) {
-  return dtype == DType::f32 ? 4 : dtype == DType::bf16 ? 2 : 1;
-}
-
-TensorView TensorView::matrix(CUdeviceptr data, DType dtype, std::int64_t rows, std::int64_t cols) {
-  TensorView view;
-  view.data = data;
-  view.dtype = dtype;
-  view.dims = 2;
-  view.shape[0] = rows;
-  view.shape[1] = cols;
-  view.stride[0] = cols;
-  view.stride[1] = 1;
-  return view;
-}
-
-TensorView TensorView::vector(CUdeviceptr data, DType dtype, std::int64_t length) {
-  TensorView view;
-  view.data = data;
-  view.dtype = dtype;
-  view.dims = 1;
-  view.shape[0] = length;
-  view.stride[0] = 1;
-  return view;
-}
-
-bool TensorView::contiguous() const {
-  return dims == 1 ? stride[0] == 1 : (stride[1] == 1 && stride[0] == shape[1]);
-}
-
-std::string TensorView::describe() const {
-  if (dims == 1) {
-    return fmt::format("{} [{}] stride [{}] at {:#x}", to_string(dtype), shape[0], stride[0], data);
-  }
-  return fmt::format("{} [{}, {}] strides [{}, {}] at {:#x}", to_string(dtype), shape[0], shape[1], stride[0], stride[1],
-                     data);
-}
-
 namespace {
-
-// Throws InvalidArgument unless `view` is a contiguous `dtype` tensor of `shape`
-// (a -1 dimension matches anything), aligned to `alignment` bytes.
-void expect(const TensorView& view, const std::string& what, DType dtype, std::initializer_list<std::int64_t> shape,
-            int alignment) {
-  std::string wanted = fmt::format("{} [", to_string(dtype));
-  int index = 0;
-  bool ok = view.dtype == dtype && view.dims == static_cast<int>(shape.size());
-  for (std::int64_t extent : shape) {
-    wanted += fmt::format("{}{}", index == 0 ? "" : ", ", extent < 0 ? std::string("any") : std::to_string(extent));
-    ok = ok && (extent < 0 || (index < view.dims && view.shape[index] == extent));
-    ++index;
-  }
-  wanted += "], contiguous";
-  if (!ok || !view.contiguous()) {
-    throw InvalidArgument(fmt::format("{} is {}; expected {}", what, view.describe(), wanted));
-  }
-  if (view.data == 0) {
-    throw InvalidArgument(fmt::format("{} is a null pointer", what));
-  }
-  if (view.data % static_cast<CUdeviceptr>(alignment) != 0) {
-    throw InvalidArgument(fmt::format("{} at {:#x} is not aligned to {} bytes", what, view.data, alignment));
-  }
-}
 
 std::uint32_t bits(float value) {
   return std::bit_cast<std::uint32_t>(value);
@@ -117,37 +44,6 @@ NormKey norm_key(const PoolerLayer& layer) {
 }
 
 }  // namespace
-
-PoolerLayer pooler_layer(const TensorView& weight, const TensorView& norm_weight, float eps, float gain_center,
-                         const std::optional<TensorView>& global_scale, int tp, int rank) {
-  if (tp < 1 || rank < 0 || rank >= tp) {
-    throw InvalidArgument(fmt::format("rank {} of tp {}: expected 0 <= rank < tp", rank, tp));
-  }
-  if (weight.dims != 2 || weight.dtype != DType::bf16 || !weight.contiguous()) {
-    throw InvalidArgument(fmt::format("pooler weight is {}; expected a contiguous BF16 [P, H]", weight.describe()));
-  }
-  if (weight.data == 0 || weight.data % 16 != 0) {
-    throw InvalidArgument(fmt::format("pooler weight at {:#x}: expected a non-null, 16-byte aligned pointer", weight.data));
-  }
-  const std::int64_t pooled = weight.shape[0];
-  const std::int64_t hidden = weight.shape[1];
-  if (pooled % tp != 0) {
-    throw InvalidArgument(fmt::format("pooler weight has P = {} rows, not divisible by tp {}", pooled, tp));
-  }
-  expect(norm_weight, "pre_expert_norm weight", DType::bf16, {pooled}, 16);
-  if (global_scale) {
-    expect(*global_scale, "NVFP4 input global scale", DType::f32, {1}, 4);
-  }
-  const std::int64_t shard = pooled / tp;
-  PoolerLayer layer;
-  layer.weight = TensorView::matrix(weight.data + static_cast<CUdeviceptr>(rank * shard * hidden * 2), DType::bf16, shard,
-                                    hidden);
-  layer.norm_weight = norm_weight;
-  layer.eps = eps;
-  layer.gain_center = gain_center;
-  layer.global_scale = global_scale;
-  return layer;
-}
 
 // ---- the Pooler ----------------------------------------------------------------------
 
@@ -193,6 +89,12 @@ struct Pooler::Impl {
   const PoolerGemm& gemm_for(int b, const char* call, CUstream stream) const;
   const PoolerLayer& layer_at(int layer, const char* call) const;
   int rows_of(const TensorView& x, const char* call) const;
+  void check_out(const TensorView& view, const char* call, const char* what, DType dtype, std::int64_t height,
+                 std::int64_t width) const;
+  void check_outputs(int layer, int b, const ExpertInput& out, const char* call) const;
+  ExpertInput scratch_outputs(int layer, int b) const;
+  void project_and_publish(const PoolerLayer& spec, const TensorView& x, const PoolerGemm& gemm, CUstream stream);
+  ExpertInput gather_to(int layer, int b, const ExpertInput& out, CUstream stream);
 };
 
 void Pooler::Impl::validate_locally() {
@@ -512,44 +414,124 @@ int Pooler::Impl::rows_of(const TensorView& x, const char* call) const {
   return static_cast<int>(x.shape[0]);
 }
 
+// The caller's output views: checked without formatting anything unless they are wrong,
+// so that the calls stay allocation-free.
+void Pooler::Impl::check_out(const TensorView& view, const char* call, const char* what, DType dtype,
+                             std::int64_t height, std::int64_t width) const {
+  if (view.dtype != dtype || view.dims != 2 || view.shape[0] != height || view.shape[1] != width ||
+      !view.contiguous() || view.data == 0 || view.data % 16 != 0) {
+    throw InvalidArgument(fmt::format("Pooler::{}: {} is {}; expected {} [{}, {}], contiguous, 16-byte aligned", call,
+                                      what, view.describe(), to_string(dtype), height, width));
+  }
+}
+
+void Pooler::Impl::check_outputs(int layer, int b, const ExpertInput& out, const char* call) const {
+  const std::int64_t pooled = options.pooled;
+  if (nvfp4_of_layer[static_cast<std::size_t>(layer)] != nullptr) {
+    check_out(out.packed, call, "out.packed (NVFP4 layer)", DType::u8, b, pooled / 2);
+    check_out(out.scales, call, "out.scales (NVFP4 layer)", DType::e4m3, b, pooled / 16);
+  } else {
+    check_out(out.normed, call, "out.normed (BF16 edge layer)", DType::bf16, b, pooled);
+  }
+}
+
+ExpertInput Pooler::Impl::scratch_outputs(int layer, int b) const {
+  ExpertInput out;
+  const int pooled = options.pooled;
+  if (nvfp4_of_layer[static_cast<std::size_t>(layer)] != nullptr) {
+    out.packed = TensorView::matrix(packed.get(), DType::u8, b, pooled / 2);
+    out.scales = TensorView::matrix(scales.get(), DType::e4m3, b, pooled / 16);
+  } else {
+    out.normed = TensorView::matrix(normed.get(), DType::bf16, b, pooled);
+  }
+  return out;
+}
+
+void Pooler::Impl::project_and_publish(const PoolerLayer& spec, const TensorView& x, const PoolerGemm& gemm,
+                                       CUstream stream) {
+  const int b = static_cast<int>(x.shape[0]);
+  ensure_current(context->get());
+  if (options.fuse_publish) {
+    // One kernel boundary less: the GEMM's epilogue stores into every mailbox.
+    fused_by_rows[static_cast<std::size_t>(b)]->launch_publish(stream, x.data, spec.weight.data, shard.get(), peers,
+                                                               state->state(), rank, options.enable_pdl);
+  } else {
+    gemm.launch(stream, x.data, spec.weight.data, shard.get(), options.enable_pdl);
+    publisher->launch(stream, shard.get(), b, options.enable_pdl);
+  }
+}
+
+// The consumer of `layer` into `out` (checked by the caller).
+ExpertInput Pooler::Impl::gather_to(int layer, int b, const ExpertInput& out, CUstream stream) {
+  const PoolerLayer& spec = options.layers[static_cast<std::size_t>(layer)];
+  ensure_current(context->get());
+  ExpertInput result;
+  if (const Nvfp4ConsumerLauncher* consumer = nvfp4_of_layer[static_cast<std::size_t>(layer)]) {
+    consumer->launch(stream, spec.norm_weight.data, spec.global_scale->data, out.packed.data, out.scales.data, b, layer,
+                     options.enable_pdl);
+    result.nvfp4 = true;
+    result.packed = out.packed;
+    result.scales = out.scales;
+  } else {
+    bf16_of_layer[static_cast<std::size_t>(layer)]->launch(stream, spec.norm_weight.data, rows.get(), out.normed.data, b,
+                                                           layer, options.enable_pdl);
+    result.normed = out.normed;
+  }
+  return result;
+}
+
 TensorView Pooler::project(int layer, const TensorView& x, CUstream stream) {
+  Impl& s = *impl_;
+  s.check_usable();
+  s.layer_at(layer, "project");
+  const int b = s.rows_of(x, "project");
+  return project(layer, x, TensorView::matrix(s.shard.get(), DType::bf16, b, s.layout.width()), stream);
+}
+
+TensorView Pooler::project(int layer, const TensorView& x, const TensorView& block, CUstream stream) {
   Impl& s = *impl_;
   s.check_usable();
   const PoolerLayer& spec = s.layer_at(layer, "project");
   const int b = s.rows_of(x, "project");
+  s.check_out(block, "project", "block", DType::bf16, b, s.layout.width());
+  const PoolerGemm& gemm = s.gemm_for(b, "project", stream);
   ensure_current(s.context->get());
-  s.gemm_for(b, "project", stream).launch(stream, x.data, spec.weight.data, s.shard.get(), s.options.enable_pdl);
-  return TensorView::matrix(s.shard.get(), DType::bf16, b, s.layout.width());
+  gemm.launch(stream, x.data, spec.weight.data, block.data, s.options.enable_pdl);
+  return block;
 }
 
 void Pooler::publish(int b, CUstream stream) {
   Impl& s = *impl_;
   s.check_usable();
   s.gemm_for(b, "publish", stream);
+  publish(TensorView::matrix(s.shard.get(), DType::bf16, b, s.layout.width()), stream);
+}
+
+void Pooler::publish(const TensorView& block, CUstream stream) {
+  Impl& s = *impl_;
+  s.check_usable();
+  const int b = block.dims == 2 ? static_cast<int>(block.shape[0]) : 0;
+  s.gemm_for(b, "publish", stream);
+  s.check_out(block, "publish", "block", DType::bf16, b, s.layout.width());
   ensure_current(s.context->get());
-  s.publisher->launch(stream, s.shard.get(), b, s.options.enable_pdl);
+  s.publisher->launch(stream, block.data, b, s.options.enable_pdl);
 }
 
 ExpertInput Pooler::gather(int layer, int b, CUstream stream) {
   Impl& s = *impl_;
   s.check_usable();
-  const PoolerLayer& spec = s.layer_at(layer, "gather");
+  s.layer_at(layer, "gather");
   s.gemm_for(b, "gather", stream);
-  ensure_current(s.context->get());
-  ExpertInput out;
-  const int pooled = s.options.pooled;
-  if (const Nvfp4ConsumerLauncher* consumer = s.nvfp4_of_layer[static_cast<std::size_t>(layer)]) {
-    consumer->launch(stream, spec.norm_weight.data, spec.global_scale->data, s.packed.get(), s.scales.get(), b, layer,
-                     s.options.enable_pdl);
-    out.nvfp4 = true;
-    out.packed = TensorView::matrix(s.packed.get(), DType::u8, b, pooled / 2);
-    out.scales = TensorView::matrix(s.scales.get(), DType::e4m3, b, pooled / 16);
-  } else {
-    s.bf16_of_layer[static_cast<std::size_t>(layer)]->launch(stream, spec.norm_weight.data, s.rows.get(), s.normed.get(),
-                                                             b, layer, s.options.enable_pdl);
-    out.normed = TensorView::matrix(s.normed.get(), DType::bf16, b, pooled);
-  }
-  return out;
+  return s.gather_to(layer, b, s.scratch_outputs(layer, b), stream);
+}
+
+ExpertInput Pooler::gather(int layer, int b, const ExpertInput& out, CUstream stream) {
+  Impl& s = *impl_;
+  s.check_usable();
+  s.layer_at(layer, "gather");
+  s.gemm_for(b, "gather", stream);
+  s.check_outputs(layer, b, out, "gather");
+  return s.gather_to(layer, b, out, stream);
 }
 
 ExpertInput Pooler::run(int layer, const TensorView& x, CUstream stream) {
@@ -557,17 +539,33 @@ ExpertInput Pooler::run(int layer, const TensorView& x, CUstream stream) {
   s.check_usable();
   const PoolerLayer& spec = s.layer_at(layer, "run");
   const int b = s.rows_of(x, "run");
+  s.project_and_publish(spec, x, s.gemm_for(b, "run", stream), stream);
+  return s.gather_to(layer, b, s.scratch_outputs(layer, b), stream);
+}
+
+ExpertInput Pooler::run(int layer, const TensorView& x, const ExpertInput& out, CUstream stream) {
+  Impl& s = *impl_;
+  s.check_usable();
+  const PoolerLayer& spec = s.layer_at(layer, "run");
+  const int b = s.rows_of(x, "run");
   const PoolerGemm& gemm = s.gemm_for(b, "run", stream);
-  ensure_current(s.context->get());
-  if (s.options.fuse_publish) {
-    // One kernel boundary less: the GEMM's epilogue stores into every mailbox.
-    s.fused_by_rows[static_cast<std::size_t>(b)]->launch_publish(stream, x.data, spec.weight.data, s.shard.get(), s.peers,
-                                                                 s.state->state(), s.rank, s.options.enable_pdl);
-  } else {
-    gemm.launch(stream, x.data, spec.weight.data, s.shard.get(), s.options.enable_pdl);
-    s.publisher->launch(stream, s.shard.get(), b, s.options.enable_pdl);
-  }
-  return gather(layer, b, stream);
+  s.check_outputs(layer, b, out, "run");
+  s.project_and_publish(spec, x, gemm, stream);
+  return s.gather_to(layer, b, out, stream);
+}
+
+TensorView Pooler::projection() const {
+  return TensorView::matrix(impl_->shard.get(), DType::bf16, impl_->options.capacity, impl_->layout.width());
+}
+
+ExpertInput Pooler::scratch() const {
+  const Impl& s = *impl_;
+  ExpertInput out;
+  const int capacity = s.options.capacity;
+  out.packed = TensorView::matrix(s.packed.get(), DType::u8, capacity, s.options.pooled / 2);
+  out.scales = TensorView::matrix(s.scales.get(), DType::e4m3, capacity, s.options.pooled / 16);
+  out.normed = TensorView::matrix(s.normed.get(), DType::bf16, capacity, s.options.pooled);
+  return out;
 }
 
 void Pooler::warm_up() {

@@ -121,6 +121,11 @@ static void check_null_handles(void) {
   EXPECT_STATUS(pooler_publish(NULL, 8, NULL), POOLER_INVALID_ARGUMENT, "pooler is NULL");
   EXPECT_STATUS(pooler_gather(NULL, 0, 8, NULL, &input), POOLER_INVALID_ARGUMENT, "pooler is NULL");
   EXPECT_STATUS(pooler_last_projection(NULL, &block), POOLER_INVALID_ARGUMENT, "pooler is NULL");
+  EXPECT_STATUS(pooler_run_into(NULL, 0, 0, 8, NULL, &input), POOLER_INVALID_ARGUMENT, "pooler is NULL");
+  EXPECT_STATUS(pooler_project_into(NULL, 0, 0, 8, NULL, &block), POOLER_INVALID_ARGUMENT, "pooler is NULL");
+  EXPECT_STATUS(pooler_publish_from(NULL, &block, NULL), POOLER_INVALID_ARGUMENT, "pooler is NULL");
+  EXPECT_STATUS(pooler_gather_into(NULL, 0, 8, NULL, &input), POOLER_INVALID_ARGUMENT, "pooler is NULL");
+  EXPECT_STATUS(pooler_scratch(NULL, &block, &input), POOLER_INVALID_ARGUMENT, "pooler is NULL");
   EXPECT_STATUS(pooler_check(NULL), POOLER_INVALID_ARGUMENT, "pooler is NULL");
   EXPECT_STATUS(pooler_peer_timeout(NULL, &info), POOLER_INVALID_ARGUMENT, "pooler is NULL");
   EXPECT_STATUS(pooler_info(NULL, &a, &b, &c), POOLER_INVALID_ARGUMENT, "pooler is NULL");
@@ -321,6 +326,78 @@ static void run_and_check(const cu_driver* driver, pooler_t pooler, void* stream
   }
 }
 
+static pooler_tensor view(cu_ptr data, int64_t rows, int64_t cols, int dtype) {
+  pooler_tensor tensor;
+  tensor.data = data;
+  tensor.rows = rows;
+  tensor.cols = cols;
+  tensor.dtype = dtype;
+  return tensor;
+}
+
+/* The *_into calls on the caller's poisoned memory: layer 0 (edge) and 1
+ * (NVFP4) through pooler_run_into, then b = 1 of layer 1 through the three
+ * steps; the same bits as run_and_check expects. Then bad output views. */
+static void run_into_and_check(const cu_driver* driver, pooler_t pooler, void* stream, cu_ptr x) {
+  cu_ptr memory = 0;
+  pooler_expert_input out, scratch;
+  pooler_tensor block, scratch_block;
+  const size_t normed_bytes = (size_t)kRows * kPooled * 2, packed_bytes = (size_t)kRows * kPooled / 2;
+  CU(driver->alloc(&memory, normed_bytes * 2 + packed_bytes * 2));
+  memset(&out, 0, sizeof(out));
+  out.normed = view(memory, kRows, kPooled, POOLER_DTYPE_BF16);
+  out.packed = view(memory + normed_bytes, kRows, kPooled / 2, POOLER_DTYPE_U8);
+  out.scales = view(memory + normed_bytes + packed_bytes, kRows, kPooled / 16, POOLER_DTYPE_E4M3);
+  block = view(memory + normed_bytes + 2 * packed_bytes, 1, kPooled, POOLER_DTYPE_BF16);
+  CU(driver->memset8(memory, 0xFF, normed_bytes * 2 + packed_bytes * 2, stream));
+  EXPECT_OK(pooler_run_into(pooler, 0, x, kRows, stream, &out));
+  EXPECT_OK(pooler_run_into(pooler, 1, x, kRows, stream, &out));
+  CU(driver->stream_sync(stream));
+  expect_filled(driver, "run_into normed rows", &out.normed, 2, 0x4000);
+  expect_filled(driver, "run_into packed codes", &out.packed, 1, 0x77);
+  expect_filled(driver, "run_into scales", &out.scales, 1, 0x38);
+
+  CU(driver->memset8(memory + normed_bytes, 0xFF, packed_bytes * 2, stream));
+  EXPECT_OK(pooler_project_into(pooler, 1, x, 1, stream, &block));
+  EXPECT_OK(pooler_publish_from(pooler, &block, stream));
+  out.packed.rows = out.scales.rows = 1;
+  EXPECT_OK(pooler_gather_into(pooler, 1, 1, stream, &out));
+  CU(driver->stream_sync(stream));
+  expect_filled(driver, "project_into block", &block, 2, 0x4300);
+  expect_filled(driver, "gather_into packed codes", &out.packed, 1, 0x77);
+  expect_filled(driver, "gather_into scales", &out.scales, 1, 0x38);
+
+  /* The scratch is where the plain calls' outputs are. */
+  EXPECT_OK(pooler_scratch(pooler, &scratch_block, &scratch));
+  expect_shape("scratch block", &scratch_block, 32, kPooled, POOLER_DTYPE_BF16);
+  expect_shape("scratch packed", &scratch.packed, 32, kPooled / 2, POOLER_DTYPE_U8);
+  expect_shape("scratch scales", &scratch.scales, 32, kPooled / 16, POOLER_DTYPE_E4M3);
+  expect_shape("scratch normed", &scratch.normed, 32, kPooled, POOLER_DTYPE_BF16);
+  {
+    pooler_expert_input plain;
+    EXPECT_OK(pooler_run(pooler, 1, x, 1, stream, &plain));
+    CHECK(plain.packed.data == scratch.packed.data && plain.scales.data == scratch.scales.data);
+    EXPECT_OK(pooler_run(pooler, 0, x, 1, stream, &plain));
+    CHECK(plain.normed.data == scratch.normed.data);
+  }
+
+  out.scales.dtype = POOLER_DTYPE_U8;
+  EXPECT_STATUS(pooler_gather_into(pooler, 1, 1, stream, &out), POOLER_INVALID_ARGUMENT, "out.scales");
+  out.scales.dtype = POOLER_DTYPE_E4M3;
+  out.packed.data += 8;
+  EXPECT_STATUS(pooler_run_into(pooler, 1, x, 1, stream, &out), POOLER_INVALID_ARGUMENT, "16-byte aligned");
+  out.packed.data -= 8;
+  EXPECT_STATUS(pooler_run_into(pooler, 0, x, 1, stream, &out), POOLER_INVALID_ARGUMENT, "out.normed");
+  EXPECT_STATUS(pooler_run_into(pooler, 1, x, 1, stream, NULL), POOLER_INVALID_ARGUMENT, "out is NULL");
+  block.cols = kPooled / 2;
+  EXPECT_STATUS(pooler_project_into(pooler, 1, x, 1, stream, &block), POOLER_INVALID_ARGUMENT, "block is");
+  EXPECT_STATUS(pooler_publish_from(pooler, &block, stream), POOLER_INVALID_ARGUMENT, "block is");
+  block.rows = 3;
+  EXPECT_STATUS(pooler_publish_from(pooler, &block, stream), POOLER_INVALID_ARGUMENT, "b = 3");
+  CU(driver->stream_sync(stream));
+  CU(driver->free(memory));
+}
+
 static void gpu_part(void) {
   cu_driver driver_storage;
   cu_driver* driver = &driver_storage;
@@ -452,6 +529,8 @@ static void gpu_part(void) {
    * (E4M3 0x38), each value 1.0 * ~6 -> E2M1 code 7. */
   run_and_check(driver, pooler, stream, x, 0, 0x4280, 0x4000);
   run_and_check(driver, pooler, stream, x, 1, 0x4300, 0);
+
+  run_into_and_check(driver, pooler, stream, x);
 
   /* b = 1 through the three steps. */
   EXPECT_OK(pooler_project(pooler, 1, x, 1, stream, &block));

@@ -37,7 +37,7 @@ extern "C" {
 /* The ABI this header describes: the layout of every struct below and the
  * signature of every function. Compare it with pooler_abi_version() of the
  * library actually loaded. */
-#define POOLER_ABI_VERSION 1
+#define POOLER_ABI_VERSION 2
 
 typedef enum pooler_status {
   POOLER_OK = 0,
@@ -179,8 +179,7 @@ POOLER_C_API pooler_status pooler_warm_up(pooler_t pooler);
  * expert input, enqueued on `stream` (NULL: the legacy default stream).
  * CUDA-graph capturable: allocates, synchronizes and compiles nothing. b must
  * be one of options.batches. Launches exactly what pooler::Pooler::run
- * launches (project, publish, gather), and remembers the projected block for
- * pooler_last_projection. */
+ * launches, and remembers the projected block for pooler_last_projection. */
 POOLER_C_API pooler_status pooler_run(pooler_t pooler, int layer, uint64_t x, int b, void* stream,
                                       pooler_expert_input* out);
 /* The steps of pooler_run, for engines that interleave them: this rank's
@@ -190,6 +189,28 @@ POOLER_C_API pooler_status pooler_project(pooler_t pooler, int layer, uint64_t x
                                           pooler_tensor* block);
 POOLER_C_API pooler_status pooler_publish(pooler_t pooler, int b, void* stream);
 POOLER_C_API pooler_status pooler_gather(pooler_t pooler, int layer, int b, void* stream, pooler_expert_input* out);
+/* The same calls writing into the caller's device memory (for frameworks that
+ * own their outputs, such as torch.compile), with the same checks and the same
+ * kernels; allocation-free and CUDA-graph capturable. The views are inputs:
+ * `block` BF16 [b, P / tp]; for an NVFP4 layer out->packed U8 [b, P / 2] and
+ * out->scales E4M3 [b, P / 16], for a BF16 edge layer out->normed BF16 [b, P]
+ * (the fields that do not apply and out->nvfp4 are ignored); each contiguous
+ * (rows x cols elements, row-major) and 16-byte aligned. pooler_run_into still
+ * stages the projected block in scratch (pooler_last_projection);
+ * pooler_publish_from publishes the caller's block, as pooler_project_into
+ * left it. */
+POOLER_C_API pooler_status pooler_run_into(pooler_t pooler, int layer, uint64_t x, int b, void* stream,
+                                           const pooler_expert_input* out);
+POOLER_C_API pooler_status pooler_project_into(pooler_t pooler, int layer, uint64_t x, int b, void* stream,
+                                               const pooler_tensor* block);
+POOLER_C_API pooler_status pooler_publish_from(pooler_t pooler, const pooler_tensor* block, void* stream);
+POOLER_C_API pooler_status pooler_gather_into(pooler_t pooler, int layer, int b, void* stream,
+                                              const pooler_expert_input* out);
+/* The scratch that pooler_run, pooler_project and pooler_gather return views
+ * of, at options.capacity rows, fixed for the Pooler's life (their outputs for
+ * b rows are the first b rows): the projected block, BF16 [capacity, P / tp],
+ * and the outputs, with packed, scales and normed all set (nvfp4 is 0). */
+POOLER_C_API pooler_status pooler_scratch(pooler_t pooler, pooler_tensor* block, pooler_expert_input* outputs);
 /* This rank's projected block [b, P / tp] of the last pooler_run or
  * pooler_project (the GEMM's output, for checks against a reference): a view of
  * scratch that the next call's GEMM overwrites, so read it (or enqueue a copy)

@@ -121,6 +121,24 @@ class POOLER_API Pooler {
   void publish(int b, CUstream stream);                                 // the first b rows of that block, to every rank
   ExpertInput gather(int layer, int b, CUstream stream);                // consume the published blocks
 
+  // The same calls writing into the caller's memory, for frameworks that own
+  // their outputs (torch.compile): `block` BF16 [b, P / tp]; `out.packed` U8
+  // [b, P / 2] and `out.scales` E4M3 [b, P / 16] for an NVFP4 layer, or
+  // `out.normed` BF16 [b, P] for an edge layer (the other fields are ignored);
+  // all contiguous and 16-byte aligned. They return the caller's views, and
+  // allocate, synchronise and compile nothing. run() still stages the block in
+  // scratch (projection()); publish(block) publishes the caller's block.
+  ExpertInput run(int layer, const TensorView& x, const ExpertInput& out, CUstream stream);
+  TensorView project(int layer, const TensorView& x, const TensorView& block, CUstream stream);
+  void publish(const TensorView& block, CUstream stream);
+  ExpertInput gather(int layer, int b, const ExpertInput& out, CUstream stream);
+
+  // The scratch that the plain calls return views of, at `capacity` rows: the
+  // projected block (BF16 [capacity, P / tp]) and the outputs (`packed`,
+  // `scales` and `normed` all set; `nvfp4` false). Fixed for the Pooler's life.
+  TensorView projection() const;
+  ExpertInput scratch() const;
+
   // Throws PeerTimeout if a consumer has recorded a timeout. Costs a read of
   // host memory; no synchronisation.
   void check() const;

@@ -1,0 +1,17 @@
+// Checks of tensor views shared by the Pooler's translation units.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "pooler/pooler.hpp"
+
+namespace pooler {
+
+// Throws InvalidArgument unless `view` is a contiguous `dtype` tensor of `shape`
+// (a -1 dimension matches anything), aligned to `alignment` bytes.
+void expect(const TensorView& view, const std::string& what, DType dtype, std::initializer_list<std::int64_t> shape,
+            int alignment);
+
+}  // namespace pooler
