@@ -1,0 +1,121 @@
+/* Writes the Python module pooler/_layout.py: every struct, enum value and
+ * version of include/pooler/pooler.h as this C compiler lays them out (field
+ * names, ctypes types, offsets, sizes). The package builds its ctypes
+ * structures from that file and checks them against it at import, so no
+ * layout is declared by hand (python/CMakeLists.txt runs this at build time).
+ *
+ *   pooler_abi_layout OUTPUT.py
+ */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "pooler/pooler.h"
+
+/* The ctypes name of a scalar field's type (the compiler's own choice of long
+ * or long long for int64_t is kept, so sizes match by construction). */
+#define CTYPE(value)                                          \
+  _Generic((value),                                           \
+      char: "c_char",                                         \
+      unsigned char: "c_ubyte",                               \
+      int: "c_int",                                           \
+      unsigned int: "c_uint",                                 \
+      long: "c_long",                                         \
+      unsigned long: "c_ulong",                               \
+      long long: "c_longlong",                                \
+      unsigned long long: "c_ulonglong",                      \
+      float: "c_float",                                       \
+      double: "c_double",                                     \
+      const int*: "POINTER(c_int)",                           \
+      const pooler_layer_desc*: "POINTER(pooler_layer_desc)", \
+      pooler_tensor: "pooler_tensor",                         \
+      default: "?")
+
+static FILE* out;
+
+#define BEGIN(type) fprintf(out, "    (\"%s\", %zu, [\n", #type, sizeof(type))
+#define FIELD(type, field)                                                                                \
+  fprintf(out, "        (\"%s\", \"%s\", 0, %zu, %zu),\n", #field, CTYPE(((type*)0)->field), offsetof(type, field), \
+          sizeof(((type*)0)->field))
+/* An array: its element type and count. */
+#define ARRAY(type, field)                                                                          \
+  fprintf(out, "        (\"%s\", \"%s\", %zu, %zu, %zu),\n", #field, CTYPE(((type*)0)->field[0]),    \
+          sizeof(((type*)0)->field) / sizeof(((type*)0)->field[0]), offsetof(type, field), \
+          sizeof(((type*)0)->field))
+#define END() fprintf(out, "    ]),\n")
+#define CONSTANT(name) fprintf(out, "    \"%s\": %d,\n", #name, (int)(name))
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: %s OUTPUT.py\n", argv[0]);
+    return 2;
+  }
+  out = fopen(argv[1], "w");
+  if (out == NULL) {
+    perror(argv[1]);
+    return 1;
+  }
+  fprintf(out, "# Generated at build time by python/abi_layout.c from include/pooler/pooler.h. Do not edit.\n");
+  fprintf(out, "ABI_VERSION = %d\n\n", POOLER_ABI_VERSION);
+  fprintf(out, "# (struct, sizeof, [(field, ctypes type, array length or 0, offsetof, sizeof)]), in dependency order\n");
+  fprintf(out, "STRUCTS = [\n");
+  BEGIN(pooler_unique_id);
+  ARRAY(pooler_unique_id, internal);
+  END();
+  BEGIN(pooler_layer_desc);
+  FIELD(pooler_layer_desc, weight);
+  FIELD(pooler_layer_desc, norm_weight);
+  FIELD(pooler_layer_desc, global_scale);
+  FIELD(pooler_layer_desc, eps);
+  FIELD(pooler_layer_desc, gain_center);
+  END();
+  BEGIN(pooler_options);
+  FIELD(pooler_options, layers);
+  FIELD(pooler_options, num_layers);
+  FIELD(pooler_options, batches);
+  FIELD(pooler_options, num_batches);
+  FIELD(pooler_options, capacity);
+  FIELD(pooler_options, enable_pdl);
+  FIELD(pooler_options, spin_timeout_ns);
+  FIELD(pooler_options, hidden);
+  FIELD(pooler_options, pooled);
+  END();
+  BEGIN(pooler_tensor);
+  FIELD(pooler_tensor, data);
+  FIELD(pooler_tensor, rows);
+  FIELD(pooler_tensor, cols);
+  FIELD(pooler_tensor, dtype);
+  END();
+  BEGIN(pooler_expert_input);
+  FIELD(pooler_expert_input, nvfp4);
+  FIELD(pooler_expert_input, packed);
+  FIELD(pooler_expert_input, scales);
+  FIELD(pooler_expert_input, normed);
+  END();
+  BEGIN(pooler_peer_timeout_info);
+  FIELD(pooler_peer_timeout_info, occurred);
+  FIELD(pooler_peer_timeout_info, rank);
+  FIELD(pooler_peer_timeout_info, missing_peer);
+  FIELD(pooler_peer_timeout_info, layer);
+  FIELD(pooler_peer_timeout_info, stage);
+  FIELD(pooler_peer_timeout_info, elapsed_ns);
+  END();
+  fprintf(out, "]\n\nCONSTANTS = {\n");
+  CONSTANT(POOLER_OK);
+  CONSTANT(POOLER_INVALID_ARGUMENT);
+  CONSTANT(POOLER_NO_DRIVER);
+  CONSTANT(POOLER_CUDA_ERROR);
+  CONSTANT(POOLER_NCCL_ERROR);
+  CONSTANT(POOLER_COMPILE_ERROR);
+  CONSTANT(POOLER_PEER_TIMEOUT);
+  CONSTANT(POOLER_OTHER);
+  CONSTANT(POOLER_DTYPE_BF16);
+  CONSTANT(POOLER_DTYPE_F32);
+  CONSTANT(POOLER_DTYPE_U8);
+  CONSTANT(POOLER_DTYPE_E4M3);
+  fprintf(out, "}\n");
+  if (fclose(out) != 0) {
+    perror(argv[1]);
+    return 1;
+  }
+  return 0;
+}

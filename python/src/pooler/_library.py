@@ -1,0 +1,151 @@
+"""Loading libpooler.so and calling it: every status becomes an exception that
+carries the library's message (the value at fault and what was expected)."""
+
+import ctypes
+import importlib.util
+import os
+import threading
+from pathlib import Path
+
+from . import _abi
+from ._build_info import VERSION
+
+
+class PoolerError(RuntimeError):
+    """A failed pooler call; `status` is the C status name ("POOLER_CUDA_ERROR", ...)."""
+
+    def __init__(self, message, status="POOLER_OTHER"):
+        super().__init__(message)
+        self.status = status
+
+
+class InvalidArgument(PoolerError, ValueError):
+    """The library refused an argument (POOLER_INVALID_ARGUMENT); also a ValueError."""
+
+
+class NoDriverError(PoolerError):
+    """No usable CUDA driver (POOLER_NO_DRIVER)."""
+
+
+class PeerTimeout(PoolerError):
+    """A peer did not publish within the spin timeout. The Pooler refuses further
+    calls: close it on every rank and build another."""
+
+    def __init__(self, message, *, rank, missing_peer, layer, stage, elapsed_ns):
+        super().__init__(message, "POOLER_PEER_TIMEOUT")
+        self.rank, self.missing_peer, self.layer, self.stage = rank, missing_peer, layer, stage
+        self.elapsed_ns = elapsed_ns
+
+
+_handle, _out_handle = ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p)
+_int_p, _u64, _int, _stream = ctypes.POINTER(ctypes.c_int), ctypes.c_uint64, ctypes.c_int, ctypes.c_void_p
+_tensor_p, _input_p = ctypes.POINTER(_abi.Tensor), ctypes.POINTER(_abi.ExpertInput)
+
+# Every function of include/pooler/pooler.h that the package calls, as declared there.
+_SIGNATURES = {
+    "pooler_device_count": [_int_p],
+    "pooler_get_unique_id": [ctypes.POINTER(_abi.UniqueId)],
+    "pooler_comm_init_rank": [_out_handle, _int, ctypes.POINTER(_abi.UniqueId), _int, _int],
+    "pooler_comm_adopt": [_out_handle, ctypes.c_void_p],
+    "pooler_comm_nccl": [_handle, ctypes.POINTER(ctypes.c_void_p)],
+    "pooler_comm_destroy": [_handle],
+    "pooler_options_init": [ctypes.POINTER(_abi.Options)],
+    "pooler_create": [_out_handle, _handle, ctypes.POINTER(_abi.Options)],
+    "pooler_destroy": [_handle],
+    "pooler_warm_up": [_handle],
+    "pooler_run": [_handle, _int, _u64, _int, _stream, _input_p],
+    "pooler_project": [_handle, _int, _u64, _int, _stream, _tensor_p],
+    "pooler_publish": [_handle, _int, _stream],
+    "pooler_gather": [_handle, _int, _int, _stream, _input_p],
+    "pooler_run_into": [_handle, _int, _u64, _int, _stream, _input_p],
+    "pooler_project_into": [_handle, _int, _u64, _int, _stream, _tensor_p],
+    "pooler_publish_from": [_handle, _tensor_p, _stream],
+    "pooler_gather_into": [_handle, _int, _int, _stream, _input_p],
+    "pooler_scratch": [_handle, _tensor_p, _input_p],
+    "pooler_last_projection": [_handle, _tensor_p],
+    "pooler_check": [_handle],
+    "pooler_peer_timeout": [_handle, ctypes.POINTER(_abi.PeerTimeoutInfo)],
+    "pooler_info": [_handle, _int_p, _int_p, _int_p],
+    "pooler_form_count": [_handle, _int_p],
+    "pooler_form": [_handle, _int, ctypes.POINTER(ctypes.c_char_p)],
+}
+
+_lock = threading.Lock()
+_library = None
+
+
+def library_path():
+    """POOLER_LIBRARY if set (a development build), else the libpooler.so bundled with the package."""
+    override = os.environ.get("POOLER_LIBRARY")
+    return Path(override) if override else Path(__file__).with_name("libpooler.so")
+
+
+def _load():
+    path = library_path()
+    # torch first, where installed: its libnccl.so.2 and CUDA libraries are then the
+    # ones libpooler binds to (an engine's communicator must come from the same NCCL).
+    if importlib.util.find_spec("torch") is not None:
+        import torch  # noqa: F401
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as error:
+        raise ImportError(
+            f"pooler: cannot load {path}: {error}. libpooler.so needs NVRTC (CUDA 13), NCCL 2.28 or newer and "
+            "libcrypto: import torch first (its CUDA libraries), or put the CUDA toolkit's lib64 on "
+            "LD_LIBRARY_PATH") from None
+    lib.pooler_abi_version.argtypes, lib.pooler_abi_version.restype = [], ctypes.c_int
+    lib.pooler_version.argtypes, lib.pooler_version.restype = [], ctypes.c_char_p
+    lib.pooler_status_name.argtypes, lib.pooler_status_name.restype = [ctypes.c_int], ctypes.c_char_p
+    lib.pooler_last_error.argtypes, lib.pooler_last_error.restype = [], ctypes.c_char_p
+    abi = lib.pooler_abi_version()
+    if abi != _abi.ABI_VERSION:
+        raise ImportError(f"pooler: {path} implements C ABI {abi}; this package was built for ABI {_abi.ABI_VERSION}")
+    version = lib.pooler_version().decode()
+    if version != VERSION:
+        raise ImportError(f"pooler: {path} is pooler {version}; this package is pooler {VERSION}")
+    for name, argtypes in _SIGNATURES.items():
+        function = getattr(lib, name)
+        function.argtypes, function.restype = argtypes, ctypes.c_int
+    return lib
+
+
+def library():
+    """libpooler.so, loaded and checked on first use."""
+    global _library
+    with _lock:
+        if _library is None:
+            _library = _load()
+        return _library
+
+
+def library_version():
+    """pooler_version() of the loaded library."""
+    return library().pooler_version().decode()
+
+
+def call(name, *args, pooler=None):
+    """Calls `name`; a status other than POOLER_OK raises. `pooler` (a handle)
+    lets a PeerTimeout carry its fields."""
+    lib = library()
+    status = getattr(lib, name)(*args)
+    if status == _abi.OK:
+        return
+    message = (lib.pooler_last_error() or b"").decode(errors="replace")
+    status_name = lib.pooler_status_name(status).decode()
+    if status == _abi.PEER_TIMEOUT and pooler is not None:
+        info = _abi.PeerTimeoutInfo()
+        if lib.pooler_peer_timeout(pooler, ctypes.byref(info)) == _abi.OK and info.occurred:
+            raise PeerTimeout(message, rank=info.rank, missing_peer=info.missing_peer, layer=info.layer,
+                              stage=info.stage, elapsed_ns=info.elapsed_ns)
+    if status == _abi.INVALID_ARGUMENT:
+        raise InvalidArgument(message, status_name)
+    if status == _abi.NO_DRIVER:
+        raise NoDriverError(message, status_name)
+    raise PoolerError(f"{status_name}: {message}", status_name)
+
+
+def device_count():
+    """CUDA devices that libpooler sees (NoDriverError without a driver)."""
+    count = ctypes.c_int()
+    call("pooler_device_count", ctypes.byref(count))
+    return count.value

@@ -1,0 +1,100 @@
+"""Argument checks of pooler.Pooler that need torch but no GPU: each bad value raises
+TypeError or ValueError naming it, before any NCCL work (a one-rank gloo group)."""
+
+import os
+
+import pytest
+
+from conftest import requires_torch
+
+pytestmark = requires_torch
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory):
+    import torch.distributed as dist
+
+    store = dist.FileStore(str(tmp_path_factory.mktemp("store") / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+def layer(device="cuda:0", pooled=4096, hidden=8192, tp=1, nvfp4=True, **changes):
+    import torch
+
+    import pooler
+
+    fields = dict(weight=torch.empty(pooled // tp, hidden, dtype=torch.bfloat16, device="meta"),
+                  norm_weight=torch.empty(pooled, dtype=torch.bfloat16, device="meta"), eps=1e-5, gain_center=1.0,
+                  global_scale=torch.empty(1, dtype=torch.float32, device="meta") if nvfp4 else None)
+    fields.update(changes)
+    return pooler.PoolerLayer(**fields)
+
+
+def build(group, **changes):
+    import pooler
+
+    arguments = dict(tp=1, rank=0, device="cuda:0", layers=[layer()], batches=(1, 8))
+    arguments.update(changes)
+    return pooler.Pooler(group, **arguments)
+
+
+def test_pooler_layer_defaults_to_an_edge_layer():
+    import pooler
+
+    edge = pooler.PoolerLayer(weight=None, norm_weight=None, eps=1e-5, gain_center=1.0)
+    assert edge.global_scale is None and edge._fields == ("weight", "norm_weight", "eps", "gain_center",
+                                                          "global_scale")
+
+
+@pytest.mark.parametrize("changes, error, text", [
+    (dict(tp=3), ValueError, "TP3"),
+    (dict(tp=2), ValueError, "group has 1 ranks"),
+    (dict(rank=1), ValueError, "rank is 1"),
+    (dict(tp="1"), TypeError, "tp is '1'"),
+    (dict(batches=(0, 8)), ValueError, r"batches \[0, 8\]"),
+    (dict(batches=(64,), capacity=32), ValueError, "capacity"),
+    (dict(batches=()), ValueError, "at least one"),
+    (dict(capacity=0), ValueError, "capacity is 0"),
+    (dict(device="cpu"), ValueError, "device is cpu"),
+    (dict(device=3.5), TypeError, "device 3.5"),
+    (dict(layers=[]), ValueError, "layers is empty"),
+    (dict(layers=["w"]), TypeError, "layers\\[0\\] is a str"),
+    (dict(spin_timeout_s=0), ValueError, "spin_timeout_s is 0"),
+])
+def test_bad_arguments_are_named(group, changes, error, text):
+    with pytest.raises(error, match=text):
+        build(group, **changes)
+
+
+def test_bad_layer_tensors_are_named(group):
+    import torch
+
+    with pytest.raises(ValueError, match=r"layers\[0\].weight is on meta; expected torch.bfloat16 \[4096, 8192\]"):
+        build(group)
+    with pytest.raises(TypeError, match=r"layers\[0\].weight is torch.float32"):
+        build(group, layers=[layer(weight=torch.empty(4096, 8192))])
+    with pytest.raises(ValueError, match=r"layers\[0\].weight has shape \[2048, 8192\]"):
+        build(group, layers=[layer(weight=torch.empty(2048, 8192, dtype=torch.bfloat16, device="meta"))])
+    with pytest.raises(ValueError, match=r"layers\[0\].weight is not contiguous"):
+        build(group, layers=[layer(weight=torch.empty(8192, 4096, dtype=torch.bfloat16, device="meta").t())])
+    with pytest.raises(TypeError, match=r"layers\[0\].eps is 'x'"):
+        build(group, layers=[layer(eps="x")])
+
+
+def test_nvlink_multicast_must_be_off(group, monkeypatch):
+    import pooler
+
+    monkeypatch.delenv("NCCL_NVLS_ENABLE")
+    with pytest.raises(pooler.PoolerError, match="NCCL_NVLS_ENABLE is unset.*NCCL_NVLS_ENABLE=0"):
+        build(group)
+    monkeypatch.setenv("NCCL_NVLS_ENABLE", "1")
+    with pytest.raises(pooler.PoolerError, match="NCCL_NVLS_ENABLE is 1"):
+        build(group)
+    assert os.environ["NCCL_NVLS_ENABLE"] == "1"
+
+
+def test_group_must_be_a_process_group():
+    with pytest.raises(TypeError, match="group is str"):
+        build("world")
