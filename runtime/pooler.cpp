@@ -98,13 +98,8 @@ struct Pooler::Impl {
 };
 
 void Pooler::Impl::validate_locally() {
+  // P, tp and the capacity passed MailboxLayout::make already.
   const PoolerOptions& o = options;
-  check_pooled_width("Pooler: P (options.pooled)", o.pooled);
-  check_tensor_parallel("Pooler: tp (the communicator's size)", tp);
-  check_capacity("Pooler: options.capacity", o.capacity);
-  if (o.pooled % tp != 0) {
-    throw InvalidArgument(fmt::format("Pooler: P = {} is not divisible by tp = {}", o.pooled, tp));
-  }
   if (o.layers.empty()) {
     throw InvalidArgument("Pooler: options.layers is empty; expected one PoolerLayer per MoE layer");
   }
@@ -116,7 +111,6 @@ void Pooler::Impl::validate_locally() {
       throw InvalidArgument(fmt::format("Pooler: batch {} must lie in [1, {}] (the capacity, and the GEMM's {} rows)", b,
                                         std::min(o.capacity, kMaxGemmRows), kMaxGemmRows));
     }
-    validate_gemm_shape(b, layout.width(), o.hidden, o.gemm_shape.value_or(choose_gemm_shape(layout.width(), o.hidden, b)));
   }
   if (o.spin_timeout.count() <= 0) {
     throw InvalidArgument(fmt::format("Pooler: spin_timeout {} ns must be positive", o.spin_timeout.count()));
@@ -256,8 +250,8 @@ void Pooler::Impl::load() {
   const auto timeout_ns = static_cast<unsigned long long>(o.spin_timeout.count());
   gemm_by_rows.resize(static_cast<std::size_t>(o.capacity) + 1);
   for (std::size_t i = 0; i < plan.batches.size(); ++i) {
-    gemm_by_rows[static_cast<std::size_t>(plan.batches[i])] = std::make_unique<PoolerGemm>(
-        *lookups[i].entry, ctx, plan.batches[i], layout.width(), o.hidden, plan.gemm_shapes[i]);
+    gemm_by_rows[static_cast<std::size_t>(plan.batches[i])] =
+        std::make_unique<PoolerGemm>(*lookups[i].entry, ctx, plan.gemm_plans[i]);
   }
   auto load = [&](std::size_t index) -> const LoadedForm& {
     loaded.push_back(std::make_unique<LoadedForm>(*lookups[index].entry, ctx));
@@ -265,12 +259,10 @@ void Pooler::Impl::load() {
   };
   peers = make_peers(mailbox->peers());
   if (o.fuse_publish) {
-    const GemmPublish publish{tp, o.capacity};
     fused_by_rows.resize(static_cast<std::size_t>(o.capacity) + 1);
     for (std::size_t i = 0; i < plan.batches.size(); ++i) {
       fused_by_rows[static_cast<std::size_t>(plan.batches[i])] =
-          std::make_unique<PoolerGemm>(*lookups[plan.first_fused_gemm + i].entry, ctx, plan.batches[i], layout.width(),
-                                       o.hidden, plan.gemm_shapes[i], &publish);
+          std::make_unique<PoolerGemm>(*lookups[plan.first_fused_gemm + i].entry, ctx, plan.fused_plans[i]);
     }
   }
   publisher.emplace(load(plan.publish), layout, rank, peers, state->state());

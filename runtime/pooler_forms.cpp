@@ -25,14 +25,16 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
   const int width = config.pooled / config.tp;
   for (int b : batches) {
     out.batches.push_back(b);
-    out.gemm_shapes.push_back(config.gemm_shape.value_or(choose_gemm_shape(width, config.hidden, b)));
-    out.forms.push_back(pooler_gemm_form(b, width, config.hidden, out.gemm_shapes.back()));
+    out.gemm_plans.push_back(config.gemm_shape ? GemmPlan(b, width, config.hidden, *config.gemm_shape)
+                                               : choose_gemm_plan(width, config.hidden, b));
+    out.forms.push_back(out.gemm_plans.back().form());
   }
   out.first_fused_gemm = out.forms.size();
   if (config.fuse_publish) {
     const GemmPublish publish{config.tp, config.capacity};
-    for (std::size_t i = 0; i < out.batches.size(); ++i) {
-      out.forms.push_back(pooler_gemm_form(out.batches[i], width, config.hidden, out.gemm_shapes[i], &publish));
+    for (const GemmPlan& plan : out.gemm_plans) {
+      out.fused_plans.push_back(plan.publishing(publish));
+      out.forms.push_back(out.fused_plans.back().form());
     }
   }
   out.publish = out.forms.size();

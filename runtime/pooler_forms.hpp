@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pooler/gemm_shape.hpp"
+#include "runtime/gemm/gemm_plan.hpp"
 #include "runtime/jit/form.hpp"
 
 namespace pooler {
@@ -43,8 +44,9 @@ struct PoolerConfig {
 // and the stock quantize.
 struct PoolerForms {
   std::vector<Form> forms;
-  std::vector<int> batches;                  // the GEMM of batches[i] is forms[i]
-  std::vector<PoolerGemmShape> gemm_shapes;  // its shape
+  std::vector<int> batches;            // the GEMM of batches[i] is forms[i]
+  std::vector<GemmPlan> gemm_plans;    // its plan (shape validated once)
+  std::vector<GemmPlan> fused_plans;   // when fuse_publish: the publishing GEMM's
   std::vector<NormConstants> nvfp4_norms;    // distinct
   std::vector<NormConstants> edge_norms;     // distinct
   std::size_t first_fused_gemm = 0;  // when fuse_publish: the publishing GEMM of batches[i] is forms[first_fused_gemm + i]

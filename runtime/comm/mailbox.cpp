@@ -10,7 +10,7 @@
 namespace pooler {
 
 void check_pooled_width(const char* what, int pooled) {
-  if (pooled < 512 || pooled > 16384 || pooled % 512 != 0) {
+  if (!valid_pooled_width(pooled)) {
     throw InvalidArgument(fmt::format("{}: pooled width P = {}; expected a multiple of 512 in [512, 16384] "
                                       "(P / 16 threads, one per 16-column block, must be whole warps of one CTA)",
                                       what, pooled));
@@ -18,13 +18,13 @@ void check_pooled_width(const char* what, int pooled) {
 }
 
 void check_tensor_parallel(const char* what, int tp) {
-  if (tp != 1 && tp != 2 && tp != 4 && tp != 8) {
+  if (!valid_tensor_parallel(tp)) {
     throw InvalidArgument(fmt::format("{}: tp = {}; expected 1, 2, 4 or 8", what, tp));
   }
 }
 
 void check_capacity(const char* what, int capacity) {
-  if (capacity < 1 || capacity > kMaxMailboxCapacity) {
+  if (!valid_capacity(capacity)) {
     throw InvalidArgument(
         fmt::format("{}: capacity = {} rows; expected 1 to {}", what, capacity, kMaxMailboxCapacity));
   }

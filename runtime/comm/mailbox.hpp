@@ -17,16 +17,21 @@
 
 namespace pooler {
 
+inline constexpr int kMaxMailboxCapacity = 1024;
+
+// The mailbox's rules, the one place they are written.
+// P: a multiple of 512 in [512, 16384], so that P / 16 threads are whole warps of one CTA.
+constexpr bool valid_pooled_width(int pooled) { return pooled >= 512 && pooled <= 16384 && pooled % 512 == 0; }
+// tp: 1, 2, 4 or 8.
+constexpr bool valid_tensor_parallel(int tp) { return tp == 1 || tp == 2 || tp == 4 || tp == 8; }
+// capacity: rows per stage slot, 1..kMaxMailboxCapacity.
+constexpr bool valid_capacity(int capacity) { return capacity >= 1 && capacity <= kMaxMailboxCapacity; }
+
 // Every pooler kernel checks its shape with these; each throws InvalidArgument naming
 // `what` (the form or call), the value and what was expected.
-// P: a multiple of 512 in [512, 16384], so that P / 16 threads are whole warps of one CTA.
 void check_pooled_width(const char* what, int pooled);
-// tp: 1, 2, 4 or 8.
 void check_tensor_parallel(const char* what, int tp);
-// capacity: rows per stage slot, 1..1024.
 void check_capacity(const char* what, int capacity);
-
-inline constexpr int kMaxMailboxCapacity = 1024;
 
 // A deadline that no healthy peer comes near: a missing peer shows up as a TimeoutRecord
 // after this long instead of a hang.

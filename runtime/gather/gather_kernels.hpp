@@ -28,9 +28,9 @@ inline constexpr const char* kStockQuantizeEntry = "pooler_stock_quantize";
 inline constexpr int kPublishThreads = 128;
 
 // ---- forms ------------------------------------------------------------------------
-// Each throws InvalidArgument naming the bad value and what was expected:
-// pooled (P) a multiple of 512 in [512, 16384], tp in {1, 2, 4, 8}, capacity in
-// [1, 1024], eps finite and > 0, gain_center finite.
+// Each throws InvalidArgument naming the bad value and what was expected: P,
+// tp and capacity as the mailbox's rules (runtime/comm/mailbox.hpp), eps finite
+// and > 0, gain_center finite.
 // Form names carry the shape ("pooler_publish_p4096_tp4_cap32"); launchers check it.
 
 Form publish_form(int pooled, int tp, int capacity);

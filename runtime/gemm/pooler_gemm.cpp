@@ -139,14 +139,19 @@ std::string describe(const PoolerGemmShape& s) {
                      s.ctas_per_sm, s.async_reduce ? ", async reduce" : "");
 }
 
-void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish* publish) {
-  auto fail = [&](const std::string& what) {
-    throw InvalidArgument(fmt::format("pooler GEMM (rows {}, N {}, K {}, {}{}): {}", rows, n, k, describe(s),
-                                      publish ? fmt::format(", publish tp {} capacity {}", publish->tp,
-                                                            publish->capacity)
-                                              : std::string(),
-                                      what));
-  };
+namespace {
+
+[[noreturn]] void refuse(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish* publish,
+                         const std::string& what) {
+  throw InvalidArgument(fmt::format("pooler GEMM (rows {}, N {}, K {}, {}{}): {}", rows, n, k, describe(s),
+                                    publish ? fmt::format(", publish tp {} capacity {}", publish->tp, publish->capacity)
+                                            : std::string(),
+                                    what));
+}
+
+// Everything but the publish and the shared memory.
+void validate_shape(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish* publish) {
+  auto fail = [&](const std::string& what) { refuse(rows, n, k, s, publish, what); };
   if (rows < 1 || rows > kMaxGemmRows) {
     fail(fmt::format("rows = {} must lie in [1, {}] (one compiled form per batch size)", rows, kMaxGemmRows));
   }
@@ -196,29 +201,58 @@ void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s, const
     fail(fmt::format("stages = {} is more than the {} chunks of 32 * k_unroll K values each warp streams", s.stages,
                      chunks));
   }
-  if (publish) {
-    const GemmPublish& p = *publish;
-    if (p.tp != 1 && p.tp != 2 && p.tp != 4 && p.tp != 8) {
-      fail(fmt::format("publish tp = {} must be 1, 2, 4 or 8", p.tp));
-    }
-    if (p.capacity < rows || p.capacity > kMaxMailboxCapacity) {
-      fail(fmt::format("publish capacity = {} must lie in [rows = {}, {}] (a mailbox slot holds every row)", p.capacity,
-                       rows, kMaxMailboxCapacity));
-    }
-    const long long pooled = static_cast<long long>(n) * p.tp;
-    if (pooled < 512 || pooled > 16384 || pooled % 512 != 0) {
-      fail(fmt::format("publish: N = {} times tp = {} is P = {}; the mailbox needs P a multiple of 512 in [512, "
-                       "16384]",
-                       n, p.tp, pooled));
-    }
+}
+
+// What the fused publish adds: the mailbox it stores into.
+void validate_publish(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish& p) {
+  auto fail = [&](const std::string& what) { refuse(rows, n, k, s, &p, what); };
+  if (!valid_tensor_parallel(p.tp)) {
+    fail(fmt::format("publish tp = {} must be 1, 2, 4 or 8", p.tp));
   }
+  if (p.capacity < rows || !valid_capacity(p.capacity)) {
+    fail(fmt::format("publish capacity = {} must lie in [rows = {}, {}] (a mailbox slot holds every row)", p.capacity,
+                     rows, kMaxMailboxCapacity));
+  }
+  const long long pooled = static_cast<long long>(n) * p.tp;
+  if (pooled > 16384 || !valid_pooled_width(static_cast<int>(pooled))) {
+    fail(fmt::format("publish: N = {} times tp = {} is P = {}; the mailbox needs P a multiple of 512 in [512, "
+                     "16384]",
+                     n, p.tp, pooled));
+  }
+}
+
+// The shared memory of a shape that passed validate_shape (and validate_publish).
+int validated_shared_bytes(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish* publish) {
   const long long bytes = shared_bytes_unchecked(rows, k, s, publish != nullptr);
   if (bytes > kMaxGemmSharedBytes) {
-    fail(fmt::format("needs {} bytes of shared memory per CTA (x slice of {} rows x {} K values, the reduction{}), "
-                     "more than the {} a CTA may have: raise split_k{}",
-                     bytes, rows, k / s.split_k, s.stages > 0 ? ", the ring" : "", kMaxGemmSharedBytes,
-                     s.stages > 0 ? " or lower stages or k_unroll" : ""));
+    refuse(rows, n, k, s, publish,
+           fmt::format("needs {} bytes of shared memory per CTA (x slice of {} rows x {} K values, the reduction{}), "
+                       "more than the {} a CTA may have: raise split_k{}",
+                       bytes, rows, k / s.split_k, s.stages > 0 ? ", the ring" : "", kMaxGemmSharedBytes,
+                       s.stages > 0 ? " or lower stages or k_unroll" : ""));
   }
+  return static_cast<int>(bytes);
+}
+
+}  // namespace
+
+GemmPlan::GemmPlan(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish)
+    : rows_(rows), n_(n), k_(k), shape_(shape), publish_(publish ? *publish : GemmPublish{}) {
+  validate_shape(rows, n, k, shape, publish);
+  if (publish) validate_publish(rows, n, k, shape, *publish);
+  shared_bytes_ = validated_shared_bytes(rows, n, k, shape, publish);
+}
+
+GemmPlan GemmPlan::publishing(const GemmPublish& publish) const {
+  validate_publish(rows_, n_, k_, shape_, publish);
+  GemmPlan plan = *this;
+  plan.publish_ = publish;
+  plan.shared_bytes_ = validated_shared_bytes(rows_, n_, k_, shape_, &publish);
+  return plan;
+}
+
+void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish* publish) {
+  (void)GemmPlan(rows, n, k, s, publish);
 }
 
 // The rule, and why:
@@ -244,7 +278,10 @@ void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& s, const
 // The batch changes only ctas_per_sm (below): w traffic is the same for every
 // rows, and the x slice (rows x K/8 x 2 bytes, 66 KiB at 32 rows) fits beside
 // the reduction buffer, under 110 KiB, so two CTAs still fit an SM.
-PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows) {
+namespace {
+
+// The rule without the ring, not yet validated.
+PoolerGemmShape register_shape(int n, int k, int rows) {
   if (rows < 1 || rows > kMaxGemmRows) {
     throw InvalidArgument(fmt::format("pooler GEMM: rows = {} must lie in [1, {}] (one compiled form per batch size)",
                                       rows, kMaxGemmRows));
@@ -303,35 +340,52 @@ PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows) {
   // register file, which ptxas uses to hoist refills (more bytes in flight);
   // capped at 128 some of them spilled.
   s.ctas_per_sm = (rows <= 8 || all_of_w_in_prologue(rows, k, s)) ? 2 : 1;
+  return s;
+}
+
+}  // namespace
+
+PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows) {
+  const PoolerGemmShape s = register_shape(n, k, rows);
   validate_gemm_shape(rows, n, k, s);
   return s;
 }
 
-PoolerGemmShape choose_gemm_shape(int n, int k, int rows) {
-  PoolerGemmShape s = choose_register_gemm_shape(n, k, rows);
+GemmPlan choose_gemm_plan(int n, int k, int rows) {
+  PoolerGemmShape s = register_shape(n, k, rows);
   choose_ring(n, rows, k, s);
   choose_reduction(rows, k, s);
-  validate_gemm_shape(rows, n, k, s);
-  return s;
+  return GemmPlan(rows, n, k, s);
 }
 
+PoolerGemmShape choose_gemm_shape(int n, int k, int rows) { return choose_gemm_plan(n, k, rows).shape(); }
+
 int pooler_gemm_shared_bytes(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish) {
-  validate_gemm_shape(rows, n, k, shape, publish);
-  return static_cast<int>(shared_bytes_unchecked(rows, k, shape, publish != nullptr));
+  return GemmPlan(rows, n, k, shape, publish).shared_bytes();
 }
 
 LaunchShape pooler_gemm_launch_shape(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish) {
-  LaunchShape launch;
-  launch.shared_bytes = static_cast<unsigned>(pooler_gemm_shared_bytes(rows, n, k, shape, publish));
-  launch.grid_x = static_cast<unsigned>(n / shape.outputs_per_block * shape.split_k);
-  launch.block_x = static_cast<unsigned>(shape.block_size);
-  return launch;
+  return GemmPlan(rows, n, k, shape, publish).launch_shape();
 }
 
 Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish, bool trace) {
-  const int bytes = pooler_gemm_shared_bytes(rows, n, k, shape, publish);  // validates
+  return GemmPlan(rows, n, k, shape, publish).form(trace);
+}
+
+LaunchShape GemmPlan::launch_shape() const {
+  LaunchShape launch;
+  launch.shared_bytes = static_cast<unsigned>(shared_bytes_);
+  launch.grid_x = static_cast<unsigned>(n_ / shape_.outputs_per_block * shape_.split_k);
+  launch.block_x = static_cast<unsigned>(shape_.block_size);
+  return launch;
+}
+
+Form GemmPlan::form(bool trace) const {
+  const PoolerGemmShape& shape = shape_;
+  const GemmPublish* publish = this->publish();
+  const int bytes = shared_bytes_;
   const std::string name =
-      fmt::format("pooler_gemm_b{}_n{}_k{}", rows, n, k) +
+      fmt::format("pooler_gemm_b{}_n{}_k{}", rows_, n_, k_) +
       (publish ? fmt::format("_pub_tp{}_cap{}", publish->tp, publish->capacity) : std::string()) +
       (trace ? "_trace" : "");
   // Forms without publish set TP and CAPACITY to 0 too: the template names
@@ -340,9 +394,9 @@ Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, cons
       .set("PUBLISH", publish ? 1 : 0)
       .set("TP", publish ? publish->tp : 0)
       .set("CAPACITY", publish ? publish->capacity : 0)
-      .set("ROWS", rows)
-      .set("N", n)
-      .set("K", k)
+      .set("ROWS", rows_)
+      .set("N", n_)
+      .set("K", k_)
       .set("TILES", shape.tiles())
       .set("WARPS_N", shape.warps_n())
       .set("WARPS_K", shape.warps_k)
@@ -357,9 +411,11 @@ Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, cons
 
 namespace {
 
-const CacheEntry& checked_entry(const CacheEntry& entry, int rows, int n, int k, const PoolerGemmShape& shape,
-                                const GemmPublish* publish, bool trace) {
-  const Form expected = pooler_gemm_form(rows, n, k, shape, publish, trace);
+const CacheEntry& checked_entry(const CacheEntry& entry, const GemmPlan& plan, bool trace) {
+  const int rows = plan.rows(), n = plan.n(), k = plan.k();
+  const PoolerGemmShape& shape = plan.shape();
+  const GemmPublish* publish = plan.publish();
+  const Form expected = plan.form(trace);
   if (entry.template_file != expected.template_file() || entry.constants != expected.describe_constants()) {
     throw InvalidArgument(fmt::format("pooler GEMM: cache entry {} ({}: {}) is not the form for rows {}, N {}, K {}, "
                                       "{}{} ({})",
@@ -376,15 +432,18 @@ const CacheEntry& checked_entry(const CacheEntry& entry, int rows, int n, int k,
 
 PoolerGemm::PoolerGemm(const CacheEntry& entry, CUcontext context, int rows, int n, int k,
                        const PoolerGemmShape& shape, const GemmPublish* publish, bool trace)
-    : rows_(rows),
-      n_(n),
-      k_(k),
-      shape_(shape),
-      publish_(publish ? *publish : GemmPublish{}),
-      launch_(pooler_gemm_launch_shape(rows, n, k, shape, publish)),
+    : PoolerGemm(entry, context, GemmPlan(rows, n, k, shape, publish), trace) {}
+
+PoolerGemm::PoolerGemm(const CacheEntry& entry, CUcontext context, const GemmPlan& plan, bool trace)
+    : rows_(plan.rows()),
+      n_(plan.n()),
+      k_(plan.k()),
+      shape_(plan.shape()),
+      publish_(plan.publish() ? *plan.publish() : GemmPublish{}),
+      launch_(plan.launch_shape()),
       trace_(trace),
-      loaded_(checked_entry(entry, rows, n, k, shape, publish, trace), context),
-      kernel_(loaded_.kernel(publish ? kPoolerGemmPublishEntry : kPoolerGemmEntry)) {
+      loaded_(checked_entry(entry, plan, trace), context),
+      kernel_(loaded_.kernel(plan.publish() ? kPoolerGemmPublishEntry : kPoolerGemmEntry)) {
   if (launch_.shared_bytes > 48 * 1024) kernel_.allow_shared_bytes(static_cast<int>(launch_.shared_bytes));
 }
 

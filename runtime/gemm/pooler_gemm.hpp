@@ -24,6 +24,7 @@
 #include "runtime/jit/form.hpp"
 #include "runtime/jit/kernel.hpp"
 #include "runtime/comm/mailbox.hpp"
+#include "runtime/gemm/gemm_plan.hpp"
 
 namespace pooler {
 
@@ -50,17 +51,7 @@ PoolerGemmShape choose_gemm_shape(int n, int k, int rows);
 // from, and its answer wherever it gives no ring.
 PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows);
 
-// The fused publish: the mailbox the GEMM's output goes to, [3 stages][tp
-// slots][capacity rows][n] BF16 per rank (runtime/comm/mailbox.hpp), so n * tp is
-// the pooled width P. Every rank's form must use the same tp and capacity.
-struct GemmPublish {
-  int tp = 0;        // 1, 2, 4 or 8
-  int capacity = 0;  // rows per slot, >= rows
-};
-
-// Throws InvalidArgument naming the first value that does not fit. With
-// `publish`, also the mailbox (tp, capacity >= rows, P = n * tp a valid pooled
-// width) and the fused form's shared memory.
+// GemmPlan's validation alone.
 void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish = nullptr);
 
 // Dynamic shared memory of one CTA: the staged x slice and the reduction
@@ -114,6 +105,8 @@ class PoolerGemm {
   // the context's device (checked: the constants must match).
   PoolerGemm(const CacheEntry& entry, CUcontext context, int rows, int n, int k, const PoolerGemmShape& shape,
              const GemmPublish* publish = nullptr, bool trace = false);
+  // `entry` must be plan.form(trace) compiled for the context's device.
+  PoolerGemm(const CacheEntry& entry, CUcontext context, const GemmPlan& plan, bool trace = false);
 
   // c[rows, n] = x[rows, k] @ w[n, k].T. x and w must be 16-byte aligned and
   // row-major without padding; c is row-major [rows, n]. With `pdl` the kernel

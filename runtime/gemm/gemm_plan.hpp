@@ -1,0 +1,59 @@
+// A pooler GEMM problem and its shape, validated once (runtime/gemm/pooler_gemm.hpp
+// has the kernel, the rule and the launcher). Light on includes, so that the
+// list of a configuration's forms (runtime/pooler_forms.hpp) can hold plans.
+#pragma once
+
+#include "pooler/gemm_shape.hpp"
+#include "runtime/jit/form.hpp"
+#include "runtime/jit/kernel.hpp"
+
+namespace pooler {
+
+// The fused publish: the mailbox the GEMM's output goes to, [3 stages][tp
+// slots][capacity rows][n] BF16 per rank (runtime/comm/mailbox.hpp), so n * tp is
+// the pooled width P. Every rank's form must use the same tp and capacity.
+struct GemmPublish {
+  int tp = 0;        // 1, 2, 4 or 8
+  int capacity = 0;  // rows per slot, >= rows
+};
+
+// One GEMM (rows, N, K, with or without the fused publish) and its shape,
+// validated once at construction: the form, the launch shape and PoolerGemm
+// built from a plan check nothing again.
+class GemmPlan {
+ public:
+  // Throws InvalidArgument naming the first value that does not fit. With
+  // `publish`, also the mailbox (tp, capacity >= rows, P = n * tp a valid
+  // pooled width) and the fused form's shared memory.
+  GemmPlan(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish = nullptr);
+
+  // The same GEMM fusing the publish: checks only what the publish adds (the
+  // mailbox and the shared memory). InvalidArgument as the constructor.
+  GemmPlan publishing(const GemmPublish& publish) const;
+
+  int rows() const { return rows_; }
+  int n() const { return n_; }
+  int k() const { return k_; }
+  const PoolerGemmShape& shape() const { return shape_; }
+  // Null without the fused publish.
+  const GemmPublish* publish() const { return publish_.tp != 0 ? &publish_ : nullptr; }
+  // As pooler_gemm_shared_bytes.
+  int shared_bytes() const { return shared_bytes_; }
+  // As pooler_gemm_launch_shape.
+  LaunchShape launch_shape() const;
+  // As pooler_gemm_form.
+  Form form(bool trace = false) const;
+
+ private:
+  GemmPlan() = default;
+
+  int rows_ = 0, n_ = 0, k_ = 0;
+  PoolerGemmShape shape_;
+  GemmPublish publish_;
+  int shared_bytes_ = 0;
+};
+
+// The rule's shape (choose_gemm_shape) as a plan, validated once.
+GemmPlan choose_gemm_plan(int n, int k, int rows);
+
+}  // namespace pooler
