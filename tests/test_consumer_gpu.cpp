@@ -43,6 +43,8 @@
 #include "support/device_io.hpp"
 #include "support/loopback.hpp"
 #include "support/refusal.hpp"
+#include "tools/harness/graph.hpp"
+#include "tools/harness/loopback_mailbox.hpp"
 
 namespace pooler {
 namespace {
@@ -171,10 +173,10 @@ class Rig {
   Rig(int tp, bool pdl, std::mt19937_64& random, unsigned long long timeout_ns = kTestTimeoutNs)
       : tp_(tp),
         pdl_(pdl),
-        layout_(MailboxLayout::make(kPooled, tp, kCapacity)),
-        mailbox_(layout_.bytes()),
-        state_(stream_.get()),
-        shards_(sz(tp) * sz(kCapacity) * sz(layout_.width()) * 2),
+        loopback_(*ConsumerGpu::suite().by_tp.at(tp).publish, *ConsumerGpu::suite().by_tp.at(tp).nvfp4,
+                  *ConsumerGpu::suite().by_tp.at(tp).bf16, MailboxLayout::make(kPooled, tp, kCapacity), stream_.get(),
+                  timeout_ns, kConsumerRank),
+        shards_(sz(tp) * sz(kCapacity) * sz(loopback_.layout().width()) * 2),
         gathered_(sz(kCapacity) * sz(kPooled) * 2),
         weight_(sz(kPooled) * 2),
         global_scale_(sizeof(float)),
@@ -186,14 +188,6 @@ class Rig {
         stock_scales_(scales_.bytes()),
         stock_normed_(normed_.bytes()) {
     Suite& s = ConsumerGpu::suite();
-    TpForms& forms = s.by_tp.at(tp);
-    fill_mailbox_sentinel(mailbox_.get(), layout_, stream_.get());
-    // Loopback: every peer's mailbox is this one.
-    const std::vector<CUdeviceptr> bases(sz(tp), mailbox_.get());
-    const MailboxPeers peers = make_peers(bases);
-    for (int r = 0; r < tp; ++r) publishers_.emplace_back(*forms.publish, layout_, r, peers, state_.state());
-    nvfp4_.emplace(*forms.nvfp4, layout_, consumer_rank_, state_.binding(mailbox_.get()), timeout_ns);
-    bf16_.emplace(*forms.bf16, layout_, consumer_rank_, state_.binding(mailbox_.get()), timeout_ns);
     stock_norm_.emplace(*s.stock_norm, kPooled, kCapacity);
     stock_quantize_.emplace(*s.stock_quantize, kPooled, kCapacity);
     set_weight(random_weight(random));
@@ -202,12 +196,12 @@ class Rig {
   }
 
   int tp() const { return tp_; }
-  int width() const { return layout_.width(); }
+  int width() const { return layout().width(); }
   bool pdl() const { return pdl_; }
   int calls() const { return calls_; }
   CUstream stream() const { return stream_.get(); }
-  const MailboxLayout& layout() const { return layout_; }
-  MailboxState& state() { return state_; }
+  const MailboxLayout& layout() const { return loopback_.layout(); }
+  MailboxState& state() { return loopback_.state(); }
   const Bf16s& weight() const { return weight_host_; }
   float global_scale() const { return global_scale_host_; }
 
@@ -283,12 +277,12 @@ class Rig {
     const std::size_t shard_bytes = sz(kCapacity) * sz(width()) * 2;
     for (int r = 0; r < tp_; ++r) {
       if (publishing != nullptr && std::find(publishing->begin(), publishing->end(), r) == publishing->end()) continue;
-      publishers_[sz(r)].launch(stream(), shards_.get() + sz(r) * shard_bytes, b, pdl_);
+      loopback_.publish(stream(), r, shards_.get() + sz(r) * shard_bytes, b, pdl_);
     }
     if (kind == Kind::nvfp4) {
-      nvfp4_->launch(stream(), weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer, pdl_);
+      loopback_.nvfp4().launch(stream(), weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer, pdl_);
     } else {
-      bf16_->launch(stream(), weight_.get(), rows_.get(), normed_.get(), b, layer, pdl_);
+      loopback_.bf16().launch(stream(), weight_.get(), rows_.get(), normed_.get(), b, layer, pdl_);
     }
     ++calls_;
   }
@@ -338,39 +332,33 @@ class Rig {
 
   Bf16s mailbox_contents() {
     Bf16s contents;
-    download(mailbox_, contents, stream());
+    download(loopback_.memory(), contents, stream());
     wait_or_die(stream(), "a mailbox download");
     return contents;
   }
 
   // After a timeout: the sentinel everywhere and a zero state, as at construction.
   void reset() {
-    fill_mailbox_sentinel(mailbox_.get(), layout_, stream());
-    state_.reset(stream());
+    loopback_.reset(stream());
     wait_or_die(stream(), "a mailbox reset");
     calls_ = 0;
   }
 
-  int consumer_rank() const { return consumer_rank_; }
+  int consumer_rank() const { return kConsumerRank; }
 
  private:
   int tp_;
   bool pdl_;
-  MailboxLayout layout_;
+  static constexpr int kConsumerRank = 0;
   Stream stream_;
-  DeviceBuffer mailbox_;
-  MailboxState state_;
+  harness::LoopbackMailbox loopback_;
   DeviceBuffer shards_, gathered_, weight_, global_scale_;
   DeviceBuffer packed_, scales_, rows_, normed_;
   DeviceBuffer stock_packed_, stock_scales_, stock_normed_;
-  std::vector<PublishLauncher> publishers_;
-  std::optional<Nvfp4ConsumerLauncher> nvfp4_;
-  std::optional<Bf16ConsumerLauncher> bf16_;
   std::optional<StockNormLauncher> stock_norm_;
   std::optional<StockQuantizeLauncher> stock_quantize_;
   Bf16s weight_host_;
   float global_scale_host_ = 1.0f;
-  int consumer_rank_ = 0;
   int calls_ = 0;
 };
 
@@ -885,12 +873,7 @@ TEST_P(ConsumerGpu, GraphReplayAdvancesTheStageOnTheDevice) {
       // The expected outputs: one ordinary call (stage 0).
       const CallOutputs expected = rig.call(in, kind, random_);
       expect_call_matches_stock(expected, in, false, where + ", eager call");
-      CUgraph graph = nullptr;
-      CUgraphExec exec = nullptr;
-      POOLER_CU(cuStreamBeginCapture(rig.stream(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capture");
-      rig.enqueue_kernels(kB, kind, 0);
-      POOLER_CU(cuStreamEndCapture(rig.stream(), &graph), "capture");
-      POOLER_CU(cuGraphInstantiateWithFlags(&exec, graph, 0), "instantiate");
+      const harness::Graph graph(rig.stream(), "the graph of one call", [&] { rig.enqueue_kernels(kB, kind, 0); });
       for (int replay = 0; replay < 7; ++replay) {
         const int n = replay + 1;
         CallOutputs out;
@@ -898,7 +881,7 @@ TEST_P(ConsumerGpu, GraphReplayAdvancesTheStageOnTheDevice) {
         out.b = kB;
         out.poison = static_cast<std::uint8_t>(0x11 * (replay + 1));
         rig.poison_outputs(out.poison, 0);  // stock outputs are not recomputed: reuse `expected`'s
-        POOLER_CU(cuGraphLaunch(exec, rig.stream()), "replay");
+        graph.launch(rig.stream());
         wait_or_die(rig.stream(), where + ": a replay");
         rig.download_outputs(out);
         wait_or_die(rig.stream(), where + ": the downloads of a replay");
@@ -910,8 +893,6 @@ TEST_P(ConsumerGpu, GraphReplayAdvancesTheStageOnTheDevice) {
         expect_state(rig, n % kMailboxStages, kB, n + 1, where + ", replay " + std::to_string(replay));
         if (HasFailure()) break;
       }
-      POOLER_CU(cuGraphExecDestroy(exec), "graph");
-      POOLER_CU(cuGraphDestroy(graph), "graph");
       if (HasFailure()) return;
     }
   }

@@ -98,5 +98,34 @@ TEST(TemplateLibrary, UnknownTemplateNamesTheKnownOnes) {
   EXPECT_TRUE(TemplateLibrary::instance().headers().contains("pdl.cuh"));
 }
 
+// The library ships its own kernels only; the test and benchmark kernels come
+// from the tables this program's main registered.
+TEST(TemplateLibrary, ShipsOnlyItsKernelsAndTakesTheRegisteredOnes) {
+  for (const EmbeddedTemplate& embedded : embedded_templates()) {
+    const std::string name = embedded.name;
+    EXPECT_FALSE(name.starts_with("test_") || name.starts_with("bench_") || name == "numerics_check.cu") << name;
+  }
+  const TemplateLibrary& library = TemplateLibrary::instance();
+  for (const char* name : {"test_spin.cu", "test_compare.cu", "numerics_check.cu", "bench_fill.cu", "bench_read.cu"}) {
+    EXPECT_NO_THROW((void)library.text(name)) << name;
+  }
+  EXPECT_NE(library.text("test_spin.cu").find("pooler_test_spin"), std::string::npos);
+}
+
+TEST(TemplateLibrary, RegistrationRefusesHeadersConflictsAndLateNewcomers) {
+  (void)TemplateLibrary::instance();  // in use from here on
+  const std::string spin = TemplateLibrary::instance().text("test_spin.cu");
+  // The same table again: nothing to add, accepted at any time.
+  const EmbeddedTemplate again[] = {{"test_spin.cu", spin}};
+  EXPECT_NO_THROW(register_templates(again));
+  const EmbeddedTemplate header[] = {{"extra.cuh", "// a header"}};
+  EXPECT_THROW(register_templates(header), InvalidArgument);
+  const EmbeddedTemplate clash[] = {{"sample.cu", "// other text"}};
+  EXPECT_THROW(register_templates(clash), InvalidArgument);
+  const EmbeddedTemplate late[] = {{"late_newcomer.cu", "// new"}};
+  EXPECT_THROW(register_templates(late), Error);
+  EXPECT_THROW((void)TemplateLibrary::instance().text("late_newcomer.cu"), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace pooler

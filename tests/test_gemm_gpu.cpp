@@ -36,6 +36,7 @@
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "support/gpu.hpp"
 #include "support/process.hpp"
+#include "tools/harness/graph.hpp"
 
 namespace pooler {
 namespace {
@@ -483,17 +484,14 @@ TEST_F(GemmGpu, CapturedInAGraphAndReplayed) {
     c_device[i].download(expected[i].data(), expected[i].size() * 2);
     check(expected[i], reference_gemm(x, w[i], rows, n, kHidden), rows, "eager launch " + std::to_string(i));
   }
-  POOLER_CU(cuStreamBeginCapture(stream_->get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capture");
-  for (int i = 0; i < 3; ++i) {
-    gemm[0].launch(stream_->get(), x_device.get(), w_device[i].get(), c_device[i].get(), true);
-  }
-  CUgraph graph = nullptr;
-  POOLER_CU(cuStreamEndCapture(stream_->get(), &graph), "capture");
-  CUgraphExec exec = nullptr;
-  POOLER_CU(cuGraphInstantiateWithFlags(&exec, graph, 0), "instantiate");
+  const harness::Graph graph(stream_->get(), "three chained launches", [&] {
+    for (int i = 0; i < 3; ++i) {
+      gemm[0].launch(stream_->get(), x_device.get(), w_device[i].get(), c_device[i].get(), true);
+    }
+  });
   for (int replay = 0; replay < 3; ++replay) {
     for (DeviceBuffer& c : c_device) c.fill_bytes(0xFF);
-    POOLER_CU(cuGraphLaunch(exec, stream_->get()), "replay");
+    graph.launch(stream_->get());
     stream_->synchronize();
     for (int i = 0; i < 3; ++i) {
       Bits got(static_cast<std::size_t>(rows) * n);
@@ -501,8 +499,6 @@ TEST_F(GemmGpu, CapturedInAGraphAndReplayed) {
       EXPECT_TRUE(got == expected[i]) << "replay " << replay << ", launch " << i;
     }
   }
-  POOLER_CU(cuGraphExecDestroy(exec), "graph");
-  POOLER_CU(cuGraphDestroy(graph), "graph");
 }
 
 TEST_F(GemmGpu, RefusesMisalignedPointersAndForeignEntries) {

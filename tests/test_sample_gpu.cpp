@@ -15,6 +15,7 @@
 #include "runtime/jit/sample_form.hpp"
 #include "support/gpu.hpp"
 #include "support/process.hpp"
+#include "tools/harness/graph.hpp"
 
 namespace pooler {
 namespace {
@@ -53,18 +54,9 @@ class SampleGpu : public ::testing::TestWithParam<bool> {
       scale_kernel_(stream.get(), shape, static_cast<CUdeviceptr>(out1), out2, n);
     };
     if (graph) {
-      POOLER_CU(cuStreamBeginCapture(stream.get(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capture");
-      enqueue();
-      CUgraph captured = nullptr;
-      POOLER_CU(cuStreamEndCapture(stream.get(), &captured), "capture");
-      CUgraphExec exec = nullptr;
-      POOLER_CU(cuGraphInstantiateWithFlags(&exec, captured, 0), "instantiate");
-      for (int replay = 0; replay < 3; ++replay) {
-        POOLER_CU(cuGraphLaunch(exec, stream.get()), "replay");
-      }
+      const harness::Graph captured(stream.get(), "the sample's graph", enqueue);
+      for (int replay = 0; replay < 3; ++replay) captured.launch(stream.get());
       stream.synchronize();
-      POOLER_CU(cuGraphExecDestroy(exec), "graph");
-      POOLER_CU(cuGraphDestroy(captured), "graph");
     } else {
       enqueue();
       stream.synchronize();

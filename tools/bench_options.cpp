@@ -138,6 +138,50 @@ bool Options::edge(int layer) const {
 
 int Options::max_batch() const { return *std::max_element(batches.begin(), batches.end()); }
 
+namespace {
+
+// What the flags imply together, checked once all are read: the batches
+// deduplicated, --quick's defaults, the edge layers, the hidden flags.
+void finish(Options& o, const std::set<std::string>& given, bool edges_given) {
+  // Each batch once, in the order given.
+  std::vector<int> batches;
+  for (int b : o.batches) {
+    if (std::find(batches.begin(), batches.end(), b) == batches.end()) batches.push_back(b);
+  }
+  o.batches = batches;
+  if (o.quick) {
+    if (!given.contains("--layers")) o.layers = 8;
+    if (!given.contains("--warmup")) o.warmup = 5;
+    if (!given.contains("--replays")) o.replays = 20;
+    if (!given.contains("--read-gb")) o.read_gb = 1.0;
+  }
+  if (!edges_given) {
+    o.edge_layers = o.layers == 1 ? std::vector<int>{0} : std::vector<int>{0, o.layers - 1};
+  }
+  for (int layer : o.edge_layers) {
+    if (layer >= o.layers) {
+      throw InvalidArgument(fmt::format("--edge-layers: layer {} does not exist ({} layers: 0 to {})", layer, o.layers,
+                                        o.layers - 1));
+    }
+  }
+  for (int b : o.batches) {
+    if (b > o.capacity) {
+      throw InvalidArgument(fmt::format("--batches: batch {} exceeds the mailbox capacity {} (--capacity)", b, o.capacity));
+    }
+  }
+  const bool child = o.phase != Phase::parent;
+  if (child && (o.rank < 0 || o.ranks < 1 || o.rank >= o.ranks || o.result_fd < 0)) {
+    throw InvalidArgument(fmt::format("--phase {} needs --rank R --ranks N (0 <= R < N) and --result-fd: these flags are "
+                                      "for the processes pooler-bench starts itself",
+                                      to_string(o.phase)));
+  }
+  if (!child && (o.rank >= 0 || o.ranks > 0 || o.result_fd >= 0)) {
+    throw InvalidArgument("--rank, --ranks and --result-fd are for the processes pooler-bench starts itself (with --phase)");
+  }
+}
+
+}  // namespace
+
 Options parse_options(int argc, char** argv, bool& help) {
   Options o;
   help = false;
@@ -235,41 +279,7 @@ Options parse_options(int argc, char** argv, bool& help) {
       throw InvalidArgument(fmt::format("unknown option {} (see --help)", flag));
     }
   }
-  // Each batch once, in the order given.
-  std::vector<int> batches;
-  for (int b : o.batches) {
-    if (std::find(batches.begin(), batches.end(), b) == batches.end()) batches.push_back(b);
-  }
-  o.batches = batches;
-  if (o.quick) {
-    if (!given.contains("--layers")) o.layers = 8;
-    if (!given.contains("--warmup")) o.warmup = 5;
-    if (!given.contains("--replays")) o.replays = 20;
-    if (!given.contains("--read-gb")) o.read_gb = 1.0;
-  }
-  if (!edges_given) {
-    o.edge_layers = o.layers == 1 ? std::vector<int>{0} : std::vector<int>{0, o.layers - 1};
-  }
-  for (int layer : o.edge_layers) {
-    if (layer >= o.layers) {
-      throw InvalidArgument(fmt::format("--edge-layers: layer {} does not exist ({} layers: 0 to {})", layer, o.layers,
-                                        o.layers - 1));
-    }
-  }
-  for (int b : o.batches) {
-    if (b > o.capacity) {
-      throw InvalidArgument(fmt::format("--batches: batch {} exceeds the mailbox capacity {} (--capacity)", b, o.capacity));
-    }
-  }
-  const bool child = o.phase != Phase::parent;
-  if (child && (o.rank < 0 || o.ranks < 1 || o.rank >= o.ranks || o.result_fd < 0)) {
-    throw InvalidArgument(fmt::format("--phase {} needs --rank R --ranks N (0 <= R < N) and --result-fd: these flags are "
-                                      "for the processes pooler-bench starts itself",
-                                      to_string(o.phase)));
-  }
-  if (!child && (o.rank >= 0 || o.ranks > 0 || o.result_fd >= 0)) {
-    throw InvalidArgument("--rank, --ranks and --result-fd are for the processes pooler-bench starts itself (with --phase)");
-  }
+  finish(o, given, edges_given);
   return o;
 }
 

@@ -1,4 +1,3 @@
-#include "tools/bench_median.hpp"
 #include "tools/bench_results.hpp"
 
 #include <unistd.h>
@@ -14,21 +13,6 @@
 #include "pooler/error.hpp"
 
 namespace pooler::bench {
-
-Spread spread_of(std::vector<double> samples) {
-  Spread s;
-  if (samples.empty()) return s;
-  std::sort(samples.begin(), samples.end());
-  const std::size_t n = samples.size();
-  auto at = [&](double q) { return samples[std::min(n - 1, static_cast<std::size_t>(q * static_cast<double>(n - 1) + 0.5))]; };
-  s.median = median(samples);
-  s.p10 = at(0.10);
-  s.p90 = at(0.90);
-  s.min = samples.front();
-  s.max = samples.back();
-  s.mean = std::accumulate(samples.begin(), samples.end(), 0.0) / static_cast<double>(n);
-  return s;
-}
 
 // ---- the child's side ------------------------------------------------------------------
 
@@ -293,6 +277,83 @@ bool succeeded(const RunResults& results) {
   return true;
 }
 
+namespace {
+
+void print_correctness(const RunResults& results, std::FILE* out) {
+  const Options& o = *results.options;
+  const auto& bench = results.bench;
+  // Correctness.
+  fmt::print(out, "correctness (outside the timed graphs; fused vs the stock path fed by the same GEMM output):\n");
+  for (int b : o.batches) {
+    const double layers = over_ranks(bench, key(b, "check.layers"), true).v;
+    const double mismatches = sum_over_ranks(bench, key(b, "check.mismatches"));
+    const double zeros = sum_over_ranks(bench, key(b, "check.sign_of_zero"));
+    const double replay = sum_over_ranks(bench, key(b, "check.replay_mismatches"));
+    const double self = sum_over_ranks(bench, key(b, "check.stock_self"));
+    const double gemm = sum_over_ranks(bench, key(b, "check.gemm_vs_cublas"));
+    const auto reporting = std::count_if(bench.begin(), bench.end(),
+                                         [&](const RankReport& r) { return r.has(key(b, "check.layers")); });
+    const auto replayed = std::count_if(bench.begin(), bench.end(),
+                                        [&](const RankReport& r) { return r.has(key(b, "check.replay_mismatches")); });
+    std::string notes;
+    if (replay != 0) {
+      notes += fmt::format("; {} REPLAY MISMATCH(ES)", replay);
+    } else if (replayed > 0 && replayed == static_cast<long>(bench.size())) {
+      notes += "; the timed graph's output checked too";
+    }
+    if (self != 0) notes += fmt::format("; {} STOCK-PATH SELF-CHECK ERROR(S)", self);
+    if (gemm != 0) notes += fmt::format("; note: {} pooler GEMM output(s) differ from cuBLAS beyond 2 ulps", gemm);
+    fmt::print(out, "  b = {:2}: {} of {} layers checked on {} rank(s): {}; {} sign-of-zero case(s){}\n", b,
+               static_cast<int>(layers), o.layers, reporting,
+               mismatches == 0 ? std::string("bit for bit") : fmt::format("{} MISMATCH(ES)", mismatches), zeros,
+               notes);
+  }
+  int shown = 0;
+  for (const RankReport& r : bench) {
+    for (const std::string& m : r.mismatches) {
+      if (shown++ < 20) fmt::print(out, "  rank {}: {}\n", r.rank, m);
+    }
+  }
+  if (shown > 20) fmt::print(out, "  ... {} mismatch reports in all\n", shown);
+
+}
+
+void print_table(const RunResults& results, std::FILE* out) {
+  const Options& o = *results.options;
+  const auto& bench = results.bench;
+  // The table.
+  fmt::print(out, "\nper layer, microseconds: median (p10-p90) over {} replays of one {}-layer CUDA graph per path, "
+             "slowest rank\n", o.replays, o.layers);
+  fmt::print(out, "{:>4}  {:>22}  {:>22}  {:>8}  {:>8}  {:>8}  {:>9}  {:>12}  {:>9}  {:>9}\n", "b", "stock us",
+             "fused us", "speed-up", "GEMM us", "GEMM %BW", "gather us", "allgather us", "cuBLAS us", "tail us");
+  for (int b : o.batches) {
+    const auto stock = slowest(bench, b, "stock");
+    const auto fused = slowest(bench, b, "fused");
+    auto cell = [](const Figure& f) {
+      return f.present ? fmt::format("{:.2f} ({:.2f}-{:.2f})", f.s.median, f.s.p10, f.s.p90) : std::string("-");
+    };
+    auto median = [&](const char* graph) {
+      const Figure f = slowest(bench, b, graph);
+      return f.present ? fmt::format("{:.2f}", f.s.median) : std::string("-");
+    };
+    const auto percent = over_ranks(bench, key(b, "gemm.percent"), true);
+    fmt::print(out, "{:>4}  {:>22}  {:>22}  {:>8}  {:>8}  {:>8}  {:>9}  {:>12}  {:>9}  {:>9}\n", b, cell(stock),
+               cell(fused),
+               stock.present && fused.present && fused.s.median > 0
+                   ? fmt::format("{:.2f}x", stock.s.median / fused.s.median)
+                   : std::string("-"),
+               median("gemm"), percent.present ? fmt::format("{:.1f}%", percent.v) : std::string("-"), median("gather"),
+               median("allgather"), median("cublas"), median("tail"));
+  }
+  fmt::print(out, "stock: cuBLAS GEMM + ncclAllGather + rearrange + stock norm (+ stock quantize on NVFP4 layers); "
+             "fused: Pooler::run;\nGEMM: Pooler::project alone, %BW = weight bytes / time against the read "
+             "bandwidth; gather: publish + consumer alone;\nallgather: ncclAllGather alone; cuBLAS: cublasGemmEx "
+             "alone; tail: rearrange + norm + quantize alone. PDL {}.\n",
+             o.pdl ? "on" : "off (--no-pdl)");
+}
+
+}  // namespace
+
 void print_report(const RunResults& results, std::FILE* out) {
   const Options& o = *results.options;
   const auto& bench = results.bench;
@@ -347,69 +408,8 @@ void print_report(const RunResults& results, std::FILE* out) {
                r.get("calibration.scale_min"), r.get("calibration.scale_max"));
   }
 
-  // Correctness.
-  fmt::print(out, "correctness (outside the timed graphs; fused vs the stock path fed by the same GEMM output):\n");
-  for (int b : o.batches) {
-    const double layers = over_ranks(bench, key(b, "check.layers"), true).v;
-    const double mismatches = sum_over_ranks(bench, key(b, "check.mismatches"));
-    const double zeros = sum_over_ranks(bench, key(b, "check.sign_of_zero"));
-    const double replay = sum_over_ranks(bench, key(b, "check.replay_mismatches"));
-    const double self = sum_over_ranks(bench, key(b, "check.stock_self"));
-    const double gemm = sum_over_ranks(bench, key(b, "check.gemm_vs_cublas"));
-    const auto reporting = std::count_if(bench.begin(), bench.end(),
-                                         [&](const RankReport& r) { return r.has(key(b, "check.layers")); });
-    const auto replayed = std::count_if(bench.begin(), bench.end(),
-                                        [&](const RankReport& r) { return r.has(key(b, "check.replay_mismatches")); });
-    std::string notes;
-    if (replay != 0) {
-      notes += fmt::format("; {} REPLAY MISMATCH(ES)", replay);
-    } else if (replayed > 0 && replayed == static_cast<long>(bench.size())) {
-      notes += "; the timed graph's output checked too";
-    }
-    if (self != 0) notes += fmt::format("; {} STOCK-PATH SELF-CHECK ERROR(S)", self);
-    if (gemm != 0) notes += fmt::format("; note: {} pooler GEMM output(s) differ from cuBLAS beyond 2 ulps", gemm);
-    fmt::print(out, "  b = {:2}: {} of {} layers checked on {} rank(s): {}; {} sign-of-zero case(s){}\n", b,
-               static_cast<int>(layers), o.layers, reporting,
-               mismatches == 0 ? std::string("bit for bit") : fmt::format("{} MISMATCH(ES)", mismatches), zeros,
-               notes);
-  }
-  int shown = 0;
-  for (const RankReport& r : bench) {
-    for (const std::string& m : r.mismatches) {
-      if (shown++ < 20) fmt::print(out, "  rank {}: {}\n", r.rank, m);
-    }
-  }
-  if (shown > 20) fmt::print(out, "  ... {} mismatch reports in all\n", shown);
-
-  // The table.
-  fmt::print(out, "\nper layer, microseconds: median (p10-p90) over {} replays of one {}-layer CUDA graph per path, "
-             "slowest rank\n", o.replays, o.layers);
-  fmt::print(out, "{:>4}  {:>22}  {:>22}  {:>8}  {:>8}  {:>8}  {:>9}  {:>12}  {:>9}  {:>9}\n", "b", "stock us",
-             "fused us", "speed-up", "GEMM us", "GEMM %BW", "gather us", "allgather us", "cuBLAS us", "tail us");
-  for (int b : o.batches) {
-    const auto stock = slowest(bench, b, "stock");
-    const auto fused = slowest(bench, b, "fused");
-    auto cell = [](const Figure& f) {
-      return f.present ? fmt::format("{:.2f} ({:.2f}-{:.2f})", f.s.median, f.s.p10, f.s.p90) : std::string("-");
-    };
-    auto median = [&](const char* graph) {
-      const Figure f = slowest(bench, b, graph);
-      return f.present ? fmt::format("{:.2f}", f.s.median) : std::string("-");
-    };
-    const auto percent = over_ranks(bench, key(b, "gemm.percent"), true);
-    fmt::print(out, "{:>4}  {:>22}  {:>22}  {:>8}  {:>8}  {:>8}  {:>9}  {:>12}  {:>9}  {:>9}\n", b, cell(stock),
-               cell(fused),
-               stock.present && fused.present && fused.s.median > 0
-                   ? fmt::format("{:.2f}x", stock.s.median / fused.s.median)
-                   : std::string("-"),
-               median("gemm"), percent.present ? fmt::format("{:.1f}%", percent.v) : std::string("-"), median("gather"),
-               median("allgather"), median("cublas"), median("tail"));
-  }
-  fmt::print(out, "stock: cuBLAS GEMM + ncclAllGather + rearrange + stock norm (+ stock quantize on NVFP4 layers); "
-             "fused: Pooler::run;\nGEMM: Pooler::project alone, %BW = weight bytes / time against the read "
-             "bandwidth; gather: publish + consumer alone;\nallgather: ncclAllGather alone; cuBLAS: cublasGemmEx "
-             "alone; tail: rearrange + norm + quantize alone. PDL {}.\n",
-             o.pdl ? "on" : "off (--no-pdl)");
+  print_correctness(results, out);
+  print_table(results, out);
 
   fmt::print(out, "\ntargets (printed, not asserted):\n");
   for (const Target& t : targets(results)) {

@@ -19,15 +19,13 @@
 #include <vector>
 
 #include "tools/bench_options.hpp"
+#include "tools/harness/stats.hpp"
 
 namespace pooler::bench {
 
 // The figures of one timed graph, per layer, in microseconds.
-struct Spread {
-  double median = 0, p10 = 0, p90 = 0, min = 0, max = 0, mean = 0;
-};
-// `samples` are per-layer times; empty gives zeros.
-Spread spread_of(std::vector<double> samples);
+using harness::Spread;
+using harness::spread_of;
 
 // The child's end of the pipe. Every record is flushed at once, so that a rank
 // that dies later has still reported what it had.

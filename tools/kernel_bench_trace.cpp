@@ -1,4 +1,4 @@
-#include "tools/bench_trace.hpp"
+#include "tools/kernel_bench_trace.hpp"
 
 #include <fmt/format.h>
 
@@ -8,12 +8,15 @@
 #include <memory>
 
 #include "pooler/error.hpp"
-#include "tools/bench_graph.hpp"
-#include "tools/bench_median.hpp"
+#include "tools/harness/graph.hpp"
+#include "tools/harness/stats.hpp"
 
 namespace pooler::bench {
 
 namespace {
+
+using harness::Graph;
+using harness::median;
 
 // Microseconds from `origin` (ns) to mark m of r.
 double us(const GemmTraceRecord& r, int m, unsigned long long origin) {

@@ -46,11 +46,13 @@
 #include "runtime/jit/kernel_cache.hpp"
 #include "runtime/comm/mailbox.hpp"
 #include "runtime/comm/nccl.hpp"
+#include "runtime/jit/template_library.hpp"
 #include "runtime/pooler_forms.hpp"
 #include "tools/bench_forms.hpp"
 #include "tools/bench_options.hpp"
 #include "tools/bench_rank.hpp"
 #include "tools/bench_results.hpp"
+#include "tools/harness/templates.hpp"
 
 extern char** environ;
 
@@ -531,6 +533,7 @@ int main(int argc, char** argv) {
   ::setenv("NCCL_NVLS_ENABLE", "0", 1);
   ensure_standard_descriptors();
   ::signal(SIGPIPE, SIG_IGN);
+  register_templates(harness::tool_templates());
   Options options;
   try {
     bool help = false;

@@ -3,7 +3,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -17,10 +19,69 @@ bool is_header(const std::string& name) {
   return name.ends_with(".cuh");
 }
 
+// What register_templates added; `in_use` once instance() was built, after
+// which nothing more may be added.
+struct Registry {
+  std::mutex mutex;
+  std::vector<EmbeddedTemplate> sources;
+  bool in_use = false;
+};
+
+Registry& registry() {
+  static Registry registry;
+  return registry;
+}
+
+// The text the library or a registered table holds under `name`, or null.
+const std::string_view* known_text(const Registry& r, std::string_view name) {
+  for (std::span<const EmbeddedTemplate> table : {embedded_templates(), std::span<const EmbeddedTemplate>(r.sources)}) {
+    for (const EmbeddedTemplate& known : table) {
+      if (name == known.name) return &known.text;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<EmbeddedTemplate> registered_sources(bool mark_in_use) {
+  Registry& r = registry();
+  const std::lock_guard lock(r.mutex);
+  r.in_use = r.in_use || mark_in_use;
+  return r.sources;
+}
+
 }  // namespace
+
+void register_templates(std::span<const EmbeddedTemplate> templates) {
+  Registry& r = registry();
+  const std::lock_guard lock(r.mutex);
+  bool all_known = true;
+  for (const EmbeddedTemplate& added : templates) {
+    const std::string name = added.name;
+    if (!name.ends_with(".cu")) {
+      throw InvalidArgument(fmt::format("register_templates: {} is not a kernel source (*.cu); a registered header "
+                                        "would enter every form's cache key",
+                                        name));
+    }
+    const std::string_view* known = known_text(r, name);
+    if (known != nullptr && *known != added.text) {
+      throw InvalidArgument(fmt::format("register_templates: a template named {} is known already, with other text",
+                                        name));
+    }
+    all_known = all_known && known != nullptr;
+  }
+  if (all_known) return;
+  if (r.in_use) {
+    throw Error("register_templates: the template library is in use already; a binary registers its templates at "
+                "the start of main, before any form is compiled");
+  }
+  for (const EmbeddedTemplate& added : templates) {
+    if (known_text(r, added.name) == nullptr) r.sources.push_back(added);
+  }
+}
 
 const TemplateLibrary& TemplateLibrary::instance() {
   static const TemplateLibrary library([] {
+    registered_sources(true);  // from now on the set of templates is fixed
     const char* dir = std::getenv("POOLER_TEMPLATE_DIR");
     return std::string(dir != nullptr ? dir : "");
   }());
@@ -31,6 +92,9 @@ TemplateLibrary::TemplateLibrary(const std::string& override_dir) {
   for (const EmbeddedTemplate& embedded : embedded_templates()) {
     std::string name = embedded.name;
     (is_header(name) ? headers_ : sources_)[name] = std::string(embedded.text);
+  }
+  for (const EmbeddedTemplate& registered : registered_sources(false)) {
+    sources_[registered.name] = std::string(registered.text);
   }
   if (override_dir.empty()) {
     return;

@@ -1,5 +1,5 @@
-// A CUDA graph captured from a stream and instantiated, owned (the benchmark
-// tools replay their kernels as graphs, as an engine would).
+// A CUDA graph captured from a stream and instantiated, owned: the tools replay
+// their kernels as graphs, as an engine would, and the tests replay them too.
 #pragma once
 
 #include <cuda.h>
@@ -7,7 +7,7 @@
 #include "pooler/error.hpp"
 #include "runtime/jit/driver.hpp"
 
-namespace pooler::bench {
+namespace pooler::harness {
 
 // A CUDA graph of what `enqueue` puts on `stream`, instantiated.
 class Graph {
@@ -41,4 +41,4 @@ class Graph {
   CUgraphExec exec_ = nullptr;
 };
 
-}  // namespace pooler::bench
+}  // namespace pooler::harness
