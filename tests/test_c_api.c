@@ -10,6 +10,10 @@
  *   test_c_api --no-driver  the same no-GPU checks with the driver made
  *                           unloadable (POOLER_CUDA_DRIVER): every GPU call
  *                           must return POOLER_NO_DRIVER with its message.
+ *   test_c_api --failing-driver LIB
+ *                           the same with a driver that loads but whose cuInit
+ *                           fails (tests/fake_cuda_driver.c): POOLER_NO_DRIVER
+ *                           naming the code, never an abort or a hang.
  *
  * The GPU part reaches the driver itself (dlopen, like pooler) to allocate
  * and read memory, so that the program starts on machines without one.
@@ -561,7 +565,10 @@ static void gpu_part(void) {
 }
 
 int main(int argc, char** argv) {
-  const int no_driver = argc > 1 && strcmp(argv[1], "--no-driver") == 0;
+  const int failing_driver = argc > 2 && strcmp(argv[1], "--failing-driver") == 0;
+  const int no_driver = failing_driver || (argc > 1 && strcmp(argv[1], "--no-driver") == 0);
+  const char* driver_path = failing_driver ? argv[2] : "/nonexistent/libcuda.so.1";
+  const char* driver_message = failing_driver ? "cuInit failed with CUDA_ERROR_NO_DEVICE" : "no CUDA driver";
   pooler_unique_id id;
   pooler_comm_t comm = (pooler_comm_t)(uintptr_t)1;
   pooler_status status;
@@ -569,7 +576,7 @@ int main(int argc, char** argv) {
 
   if (no_driver) {
     /* Before any call: the library opens the driver once per process. */
-    setenv("POOLER_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+    setenv("POOLER_CUDA_DRIVER", driver_path, 1);
   }
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   check_library();
@@ -585,8 +592,8 @@ int main(int argc, char** argv) {
 
   status = pooler_device_count(&devices);
   if (no_driver) {
-    EXPECT_STATUS(status, POOLER_NO_DRIVER, "no CUDA driver");
-    EXPECT_STATUS(pooler_comm_init_rank(&comm, 1, &id, 0, 0), POOLER_NO_DRIVER, "/nonexistent/libcuda.so.1");
+    EXPECT_STATUS(status, POOLER_NO_DRIVER, driver_message);
+    EXPECT_STATUS(pooler_comm_init_rank(&comm, 1, &id, 0, 0), POOLER_NO_DRIVER, driver_path);
     CHECK(comm == NULL);
   } else if (status != POOLER_OK || devices < 1) {
     /* Creating a communicator must fail with a status, not crash. */

@@ -20,6 +20,16 @@ struct Opened {
   std::string failure;  // empty when the driver is usable
 };
 
+// The code's name from `api` itself. open_driver() must use this, never
+// error_name(): that reaches opened(), whose static is still being built.
+std::string name_of(const DriverApi& api, CUresult status) {
+  const char* name = nullptr;
+  if (api.cuGetErrorName != nullptr && api.cuGetErrorName(status, &name) == CUDA_SUCCESS && name != nullptr) {
+    return name;
+  }
+  return fmt::format("CUresult {}", static_cast<int>(status));
+}
+
 Opened open_driver() {
   Opened opened;
   const char* override_path = std::getenv("POOLER_CUDA_DRIVER");
@@ -63,7 +73,8 @@ Opened open_driver() {
     return opened;
   }
   if (CUresult status = opened.api.cuInit(0); status != CUDA_SUCCESS) {
-    opened.failure = fmt::format("no CUDA driver: cuInit failed with {} ({} present, but no usable GPU)", error_name(status), path);
+    opened.failure = fmt::format("no CUDA driver: cuInit failed with {} ({} present, but no usable GPU)",
+                                 name_of(opened.api, status), path);
     return opened;
   }
   log().debug("opened CUDA driver {} (CUDA {}.{})", path, opened.api.version / 1000, opened.api.version % 1000 / 10);
@@ -90,12 +101,7 @@ bool driver_available() {
 }
 
 std::string error_name(CUresult status) {
-  const Opened& state = opened();
-  const char* name = nullptr;
-  if (state.api.cuGetErrorName != nullptr && state.api.cuGetErrorName(status, &name) == CUDA_SUCCESS && name != nullptr) {
-    return name;
-  }
-  return fmt::format("CUresult {}", static_cast<int>(status));
+  return name_of(opened().api, status);
 }
 
 void check(CUresult status, const char* call, const std::string& context) {
