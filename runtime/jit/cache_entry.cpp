@@ -1,11 +1,13 @@
 #include "runtime/jit/cache_entry.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
 
 #include <fmt/format.h>
 
+#include "runtime/jit/cubin_elf.hpp"
 #include "runtime/jit/sha256.hpp"
 
 namespace pooler {
@@ -72,7 +74,10 @@ std::vector<unsigned char> serialize(const CacheEntry& entry) {
   put_field(payload, kSource, entry.source);
   put_field(payload, kLog, entry.log);
   std::vector<unsigned char> micros;
-  put_u64(micros, static_cast<std::uint64_t>(entry.compile_seconds * 1e6));
+  // Bounded before the cast (which is undefined out of range): a parsed entry
+  // may carry any 64-bit count, and NaN or a negative time is zero.
+  const double seconds = entry.compile_seconds > 0 ? std::min(entry.compile_seconds, 1e12) : 0.0;
+  put_u64(micros, static_cast<std::uint64_t>(seconds * 1e6));
   put_field(payload, kCompileMicroseconds, micros);
   put_field(payload, kCubin, entry.cubin);
 
@@ -158,6 +163,19 @@ CacheEntry parse_entry(std::span<const unsigned char> bytes, const std::string& 
   }
   entry.compile_seconds = static_cast<double>(*micros) / 1e6;
   return entry;
+}
+
+void check_cubin(const CacheEntry& entry) {
+  std::string architecture;
+  try {
+    read_cubin_resources(entry.cubin);
+    architecture = cubin_architecture(entry.cubin);
+  } catch (const Error& error) {
+    throw CorruptEntry(fmt::format("its cubin is not a valid cubin ({})", error.what()));
+  }
+  if (architecture != entry.architecture) {
+    throw CorruptEntry(fmt::format("its cubin is built for {}, the entry for {}", architecture, entry.architecture));
+  }
 }
 
 }  // namespace pooler

@@ -12,6 +12,7 @@
 // present) before anything in it is used.
 #pragma once
 
+#include <cstddef>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,7 +21,13 @@
 
 namespace pooler {
 
-inline constexpr unsigned kCacheFormatVersion = 1;
+// Entries are checked against their key and their cubin's ELF on load;
+// entries of an older version are never read.
+inline constexpr unsigned kCacheFormatVersion = 2;
+
+// No entry file is read beyond this: the largest real entry (a GEMM form's
+// source and cubin) is a few hundred KB, so anything bigger is not an entry.
+inline constexpr std::size_t kMaxEntryBytes = std::size_t{64} << 20;
 
 struct CacheEntry {
   std::string key;
@@ -48,5 +55,10 @@ std::vector<unsigned char> serialize(const CacheEntry& entry);
 // Parses and validates; `expected_key` (when not empty) must match the key
 // stored in the file. Throws CorruptEntry.
 CacheEntry parse_entry(std::span<const unsigned char> bytes, const std::string& expected_key);
+
+// Throws CorruptEntry unless the entry's cubin parses as an ELF cubin built
+// for the entry's architecture: a cubin the driver would refuse to load (not
+// ELF, another architecture) is a corrupt entry, recompiled and replaced.
+void check_cubin(const CacheEntry& entry);
 
 }  // namespace pooler

@@ -6,9 +6,16 @@
 //
 // Directory: POOLER_CACHE_DIR, else $XDG_CACHE_HOME/pooler, else
 // ~/.cache/pooler, created with mode 0700. POOLER_CACHE=off disables it.
+//
+// What it trusts (docs/RUNTIME.md, "What the cache trusts"): a folder owned by
+// this user and writable by nobody else, unless POOLER_CACHE_SHARED=1; entry
+// and lock paths are opened without following symlinks, must be regular files,
+// and entries are read only up to kMaxEntryBytes.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,23 +28,37 @@ namespace pooler {
 struct CacheLocation {
   std::string directory;
   bool enabled = true;
+  // POOLER_CACHE_SHARED=1: a folder of another owner, or writable by group or
+  // others, is used anyway (every user who can write it is trusted).
+  bool shared = false;
+  // How long to wait for a peer's lock on one entry before compiling anyway;
+  // after one such wait times out, later ones do not wait (see FileLock).
+  std::chrono::milliseconds lock_timeout{60000};
   static CacheLocation from_environment();
 };
+
+// Temporary files of an interrupted store older than this are removed when a
+// cache opens its folder.
+inline constexpr std::chrono::minutes kStaleTemporaryAge{10};
 
 // Holds an exclusive flock on a file; released on destruction.
 class FileLock {
  public:
   // Waits up to `timeout` for the lock; `held()` is false when it timed out
-  // or the lock file could not be created.
+  // or the lock file could not be created or is not a regular file (a
+  // symlink at `path` is never followed).
   FileLock(const std::string& path, std::chrono::milliseconds timeout);
   ~FileLock();
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
   bool held() const { return held_; }
+  // Whether it gave up because a peer held the lock past the timeout.
+  bool timed_out() const { return timed_out_; }
 
  private:
   int fd_ = -1;
   bool held_ = false;
+  bool timed_out_ = false;
 };
 
 class DiskCache {
@@ -46,27 +67,51 @@ class DiskCache {
   // warning for an unwritable directory, never an exception.
   explicit DiskCache(CacheLocation location);
 
+  bool enabled() const { return location_.enabled; }
   bool readable() const { return readable_; }
   bool writable() const { return writable_; }
   const std::string& directory() const { return location_.directory; }
 
-  // The valid entry of `key`, or nothing. A corrupt entry is reported as a
-  // warning and removed, so that it is recompiled and replaced.
-  std::optional<CacheEntry> load(const std::string& key) const;
+  // The valid entry of `key`, or nothing. `check` (optional) may refuse a
+  // parsed entry by throwing CorruptEntry. A corrupt entry (also: not a
+  // regular file, a symlink, over kMaxEntryBytes) is reported as a warning and
+  // removed, so that it is recompiled and replaced.
+  using EntryCheck = std::function<void(const CacheEntry&)>;
+  std::optional<CacheEntry> load(const std::string& key, const EntryCheck& check = {}) const;
+  // The parsed entry of `key`, nothing when there is none; throws CorruptEntry
+  // for a bad one and removes nothing. For the cubin tool.
+  std::optional<CacheEntry> read(const std::string& key) const;
   // Publishes an entry atomically; a failure is a warning, not an error.
   void store(const CacheEntry& entry) const;
 
-  // Keys of the entry files present (sorted), for the cubin tool.
+  // Keys of the entry files present (sorted; names that are not 64 hex
+  // digits are ignored), for the cubin tool.
   std::vector<std::string> keys() const;
   std::string entry_path(const std::string& key) const;
 
+  // How long the next lock should wait: the location's timeout until one wait
+  // has timed out, then none (a peer that holds one lock that long is hung,
+  // and waiting on each of its locks would stall a whole build).
+  std::chrono::milliseconds lock_timeout() const;
+  void note_lock_timed_out() const { lock_timed_out_ = true; }
+
  private:
+  void remove_stale_temporaries() const;
+
   CacheLocation location_;
   bool readable_ = false;
   bool writable_ = false;
+  mutable std::atomic<bool> lock_timed_out_{false};
 };
 
-// Reads a whole file; nothing when it does not exist or cannot be read.
+// Reads a whole regular file of at most `max_bytes` without following a
+// symlink at `path` and without blocking on a FIFO. Nothing when it does not
+// exist; throws CorruptEntry (naming the path) for anything else that is not
+// a readable regular file within the bound.
+std::optional<std::vector<unsigned char>> read_entry_file(const std::string& path,
+                                                          std::size_t max_bytes = kMaxEntryBytes);
+
+// The same, for tests: nothing also when the file is bad.
 std::optional<std::vector<unsigned char>> read_file(const std::string& path);
 
 }  // namespace pooler

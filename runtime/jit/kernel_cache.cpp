@@ -42,6 +42,11 @@ KernelCache::KernelCache(CacheLocation location, const TemplateLibrary& library)
 
 std::string KernelCache::key(const std::string& source, const std::vector<std::string>& options,
                              const std::string& architecture) const {
+  return cache_key(source, options, architecture, library_);
+}
+
+std::string cache_key(const std::string& source, const std::vector<std::string>& options,
+                      const std::string& architecture, const TemplateLibrary& library) {
   Sha256 hash;
   hash.field(fmt::format("pooler kernel cache format {}", kCacheFormatVersion));
   hash.field(nvrtc_identity());
@@ -50,11 +55,28 @@ std::string KernelCache::key(const std::string& source, const std::vector<std::s
     hash.field(option);
   }
   hash.field(source);
-  for (const auto& [name, text] : library_.headers()) {
+  for (const auto& [name, text] : library.headers()) {
     hash.field(name).field(text);
   }
   const Digest digest = hash.finish();
   return hex(digest);
+}
+
+void check_entry_key(const CacheEntry& entry, const TemplateLibrary& library) {
+  // Options are stored space-separated; none of compile_options() has a space.
+  std::vector<std::string> options;
+  for (std::size_t start = 0; start < entry.options.size();) {
+    std::size_t end = entry.options.find(' ', start);
+    if (end == std::string::npos) end = entry.options.size();
+    options.push_back(entry.options.substr(start, end - start));
+    start = end + 1;
+  }
+  const std::string computed = cache_key(entry.source, options, entry.architecture, library);
+  if (computed != entry.key) {
+    throw CorruptEntry(fmt::format("its source, options and architecture hash to key {}, not to the key {} it is "
+                                   "filed under (forged, or built with other templates or another NVRTC)",
+                                   computed, entry.key));
+  }
 }
 
 CacheStats KernelCache::stats() const {
@@ -97,7 +119,20 @@ std::shared_ptr<const CacheEntry> KernelCache::load_or_compile(const Form& form,
                                                                const std::string& key, std::string source,
                                                                const std::vector<std::string>& options,
                                                                Origin& origin) {
-  if (auto entry = disk_.load(key)) {
+  // The checksum proves the file whole, not what it holds: an entry must also
+  // be what its key names (the inputs the key was hashed from) and hold a
+  // cubin the driver can load, else it is corrupt.
+  const std::string joined_options = joined(options);
+  const std::string identity = nvrtc_identity();
+  const DiskCache::EntryCheck check = [&](const CacheEntry& entry) {
+    if (entry.source != source || entry.options != joined_options || entry.architecture != architecture ||
+        entry.nvrtc != identity) {
+      throw CorruptEntry("its source, options, architecture or NVRTC are not those its key names (filed under "
+                         "another key)");
+    }
+    check_cubin(entry);
+  };
+  if (auto entry = disk_.load(key, check)) {
     ++disk_hits_;
     origin = Origin::disk;
     log().debug("form {} ({}): disk cache hit {}", form.name(), architecture, key);
@@ -105,9 +140,12 @@ std::shared_ptr<const CacheEntry> KernelCache::load_or_compile(const Form& form,
   }
   std::optional<FileLock> lock;
   if (disk_.writable()) {
-    lock.emplace(disk_.entry_path(key) + ".lock", std::chrono::seconds(120));
+    lock.emplace(disk_.entry_path(key) + ".lock", disk_.lock_timeout());
+    if (lock->timed_out()) {
+      disk_.note_lock_timed_out();
+    }
     // Another process may have published it while we waited for the lock.
-    if (auto entry = disk_.load(key)) {
+    if (auto entry = disk_.load(key, check)) {
       ++disk_hits_;
       origin = Origin::disk;
       log().debug("form {} ({}): disk cache hit after waiting for its lock", form.name(), architecture);
@@ -125,7 +163,7 @@ std::shared_ptr<const CacheEntry> KernelCache::load_or_compile(const Form& form,
   entry->constants = form.describe_constants();
   entry->kernels = joined(form.kernels());
   entry->architecture = architecture;
-  entry->options = joined(options);
+  entry->options = joined_options;
   entry->nvrtc = nvrtc_identity();
   entry->source = std::move(source);
   entry->log = std::move(compiled.log);

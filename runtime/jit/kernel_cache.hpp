@@ -35,6 +35,18 @@ struct CacheStats {
   unsigned long compiles = 0;
 };
 
+// The key of a form: SHA-256 over the cache format version, NVRTC's identity,
+// the architecture, the options, the rendered source and every header of
+// `library`.
+std::string cache_key(const std::string& source, const std::vector<std::string>& options,
+                      const std::string& architecture, const TemplateLibrary& library);
+
+// Throws CorruptEntry unless `entry` is what its key names: its source,
+// options and architecture hash, with `library`'s headers and this NVRTC, to
+// its key. For offline checks (pooler-cubin verify); the cache itself compares
+// an entry with the inputs it hashed.
+void check_entry_key(const CacheEntry& entry, const TemplateLibrary& library);
+
 class KernelCache {
  public:
   // The process's cache, configured from the environment (POOLER_CACHE,

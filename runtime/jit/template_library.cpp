@@ -104,9 +104,14 @@ TemplateLibrary::TemplateLibrary(const std::string& override_dir) {
   if (!fs::is_directory(override_dir, error)) {
     throw InvalidArgument(fmt::format("POOLER_TEMPLATE_DIR={} is not a directory", override_dir));
   }
-  for (const fs::directory_entry& entry : fs::directory_iterator(override_dir)) {
+  // The error_code forms throughout: an unlistable folder is a pooler::Error
+  // that names it, never a filesystem_error escaping a tool or the C ABI.
+  fs::directory_iterator it(override_dir, error);
+  for (const fs::directory_iterator end; !error && it != end; it.increment(error)) {
+    const fs::directory_entry& entry = *it;
     const std::string name = entry.path().filename().string();
-    if (!entry.is_regular_file() || !(name.ends_with(".cu") || is_header(name))) {
+    std::error_code ignored;
+    if (!entry.is_regular_file(ignored) || !(name.ends_with(".cu") || is_header(name))) {
       continue;
     }
     std::ifstream file(entry.path(), std::ios::binary);
@@ -117,6 +122,9 @@ TemplateLibrary::TemplateLibrary(const std::string& override_dir) {
     }
     (is_header(name) ? headers_ : sources_)[name] = text.str();
     log().info("template {} taken from POOLER_TEMPLATE_DIR={}", name, override_dir);
+  }
+  if (error) {
+    throw Error(fmt::format("cannot list POOLER_TEMPLATE_DIR={}: {}", override_dir, error.message()));
   }
 }
 
