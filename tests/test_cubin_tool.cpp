@@ -2,8 +2,11 @@
 // --help, and exit codes that scripts can use.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "runtime/jit/cubin_elf.hpp"
 #include "runtime/jit/kernel_cache.hpp"
@@ -102,6 +105,104 @@ TEST_F(CubinTool, HelpAndUsageErrors) {
   EXPECT_EQ(tool({"frobnicate"}).exit_code, 2);
   EXPECT_EQ(tool({"list", "extra"}).exit_code, 2);
   EXPECT_EQ(run_process({POOLER_CUBIN_TOOL, "--bogus"}).exit_code, 2);
+}
+
+void write_entry(const std::string& path, const CacheEntry& entry) {
+  const std::vector<unsigned char> bytes = serialize(entry);
+  std::ofstream(path, std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+TEST_F(CubinTool, ShortHelpFlag) {
+  const auto result = run_process({POOLER_CUBIN_TOOL, "-h"});
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("usage: pooler-cubin"), std::string::npos) << result.output;
+}
+
+// A valid entry of another form filed under a key it does not hash to: the
+// header key and checksum were rewritten to match, so only the key binding
+// catches it.
+TEST_F(CubinTool, VerifyReportsAnEntryFiledUnderAnotherKey) {
+  CacheEntry forged = *entry_;
+  forged.key = std::string(64, 'f');
+  write_entry(dir_ / (forged.key + ".entry"), forged);
+  const auto result = tool({"verify"});
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("BAD  ffffffffffff"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("not to the key"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("ok   " + entry_->key.substr(0, 12)), std::string::npos) << result.output;
+}
+
+TEST_F(CubinTool, ControlCharactersFromAnEntryAreEscaped) {
+  CacheEntry planted = *entry_;  // the form's name and constants are not part of the key
+  planted.form = "evil\x1b[2J\x07";
+  planted.constants = "A=1\nB=2";
+  planted.log = "warning\x1b]0;title\x07\nnext line";
+  write_entry(dir_ / (planted.key + ".entry"), planted);
+  for (const char* command : {"list", "show"}) {
+    std::vector<std::string> args = {command};
+    if (std::string(command) == "show") args.push_back(planted.key);
+    const auto result = tool(args);
+    EXPECT_EQ(result.exit_code, 0) << result.output;
+    EXPECT_EQ(result.output.find('\x1b'), std::string::npos) << command << ": an escape reached the terminal";
+    EXPECT_EQ(result.output.find('\x07'), std::string::npos) << command;
+    EXPECT_NE(result.output.find("evil\\x1b[2J\\x07"), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find("A=1\\x0aB=2"), std::string::npos) << result.output;
+  }
+  const auto shown = tool({"show", planted.key});
+  EXPECT_NE(shown.output.find("warning\\x1b]0;title\\x07\nnext line"), std::string::npos) << shown.output;
+}
+
+TEST_F(CubinTool, HonoursCacheOff) {
+  const std::map<std::string, std::string> off = {{"POOLER_CACHE", "off"}, {"POOLER_CACHE_DIR", dir_.path()}};
+  const auto before = testing::entry_files(dir_.path());
+  const auto listed = run_process({POOLER_CUBIN_TOOL, "list"}, off);
+  EXPECT_EQ(listed.exit_code, 0) << listed.output;
+  EXPECT_NE(listed.output.find("0 entries in disk cache off (POOLER_CACHE=off"), std::string::npos) << listed.output;
+  EXPECT_EQ(run_process({POOLER_CUBIN_TOOL, "show", entry_->key}, off).exit_code, 3);
+  EXPECT_EQ(run_process({POOLER_CUBIN_TOOL, "verify"}, off).exit_code, 0);
+  EXPECT_EQ(run_process({POOLER_CUBIN_TOOL, "clear"}, off).exit_code, 0);
+  const auto built = run_process({POOLER_CUBIN_TOOL, "build", "--sample", "--arch", "sm_90"}, off);
+  EXPECT_EQ(built.exit_code, 0) << built.output;
+  EXPECT_NE(built.output.find("memory only"), std::string::npos) << built.output;
+  EXPECT_EQ(testing::entry_files(dir_.path()), before) << "POOLER_CACHE=off must leave the folder alone";
+  // --cache-dir still names a folder to use.
+  EXPECT_NE(run_process({POOLER_CUBIN_TOOL, "--cache-dir", dir_.path(), "list"}, off).output.find("2 entries"),
+            std::string::npos);
+}
+
+// sass writes the cubin for the disassembler into a fresh private folder,
+// never at a name another user could predict and plant a symlink at. The
+// old name was pooler-cubin-<key>-<pid>.cubin in TMPDIR: links for the next
+// few hundred pids are planted there, aimed at a file that must survive.
+TEST_F(CubinTool, SassNeverWritesThroughAPlantedSymlink) {
+  ScratchDir tmp, bin, safe;
+  const std::string victim = safe / "victim";
+  std::ofstream(victim) << "secret";
+  ::chmod(victim.c_str(), 0600);
+  long last_pid = 0;
+  std::ifstream("/proc/sys/kernel/ns_last_pid") >> last_pid;
+  for (long pid = last_pid + 1; pid < last_pid + 400; ++pid) {
+    std::filesystem::create_symlink(victim, tmp / ("pooler-cubin-" + entry_->key.substr(0, 12) + "-" +
+                                                   std::to_string(pid) + ".cubin"));
+  }
+  // A stand-in disassembler that reports the file it was given.
+  const std::string fake = bin / "nvdisasm";
+  std::ofstream(fake) << "#!/bin/sh\nfor a; do f=$a; done\n"
+                         "if [ -f \"$f\" ] && [ ! -L \"$f\" ]; then echo \"fake nvdisasm: $(wc -c < \"$f\") bytes\"; "
+                         "else echo \"fake nvdisasm: not a plain file: $f\"; exit 1; fi\n";
+  ::chmod(fake.c_str(), 0755);
+  const auto result = run_process({POOLER_CUBIN_TOOL, "--cache-dir", dir_.path(), "sass", entry_->key},
+                                  {{"TMPDIR", tmp.path()}, {"PATH", bin.path() + ":/usr/bin:/bin"}});
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_NE(result.output.find("fake nvdisasm: " + std::to_string(entry_->cubin.size()) + " bytes"),
+            std::string::npos)
+      << result.output;
+  std::ifstream file(victim);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()), "secret");
+  std::size_t left = 0;
+  for (const auto& item : std::filesystem::directory_iterator(tmp.path())) left += item.is_symlink() ? 0 : 1;
+  EXPECT_EQ(left, 0u) << "sass must remove its private folder";
 }
 
 }  // namespace

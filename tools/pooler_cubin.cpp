@@ -11,14 +11,18 @@
 //
 // Exit codes: 0 success, 1 verify found bad entries or build failed,
 // 2 usage error, 3 no such entry, 4 no disassembler installed.
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string_view>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -53,7 +57,11 @@ commands:
 
 KEY is an entry's key or a unique prefix of it (list shows 12 characters).
 The cache directory is --cache-dir, else POOLER_CACHE_DIR, else
-$XDG_CACHE_HOME/pooler, else ~/.cache/pooler.
+$XDG_CACHE_HOME/pooler, else ~/.cache/pooler. With POOLER_CACHE=off and no
+--cache-dir there is no disk cache: list and verify find no entries, show and
+sass exit 3, clear removes nothing, build compiles in memory only. A folder
+that another user owns or can write is refused as the library refuses it,
+unless POOLER_CACHE_SHARED=1.
 `pooler-cubin COMMAND --help` describes one command.
 
 exit codes: 0 success, 1 bad entries found or build failed, 2 usage error,
@@ -89,15 +97,34 @@ const Command kCommands[] = {
               "sample form.\n"},
 };
 
-std::string cache_dir_from(const std::string& flag) {
+// The library's location (POOLER_CACHE, POOLER_CACHE_DIR, POOLER_CACHE_SHARED);
+// --cache-dir names the folder and turns the disk cache on.
+CacheLocation location_from(const std::string& flag) {
+  CacheLocation location = CacheLocation::from_environment();
   if (!flag.empty()) {
-    return flag;
+    location.directory = flag;
+    location.enabled = true;
   }
-  return CacheLocation::from_environment().directory;
+  return location;
 }
 
-DiskCache open_cache(const std::string& directory) {
-  return DiskCache(CacheLocation{directory, true});
+constexpr const char* kCacheOff = "disk cache off (POOLER_CACHE=off; --cache-dir DIR reads a folder anyway)";
+
+// Text from an entry or a file name, made safe for a terminal: control bytes
+// (and, unless `lines`, newlines and tabs) become \xNN.
+std::string printable(std::string_view text, bool lines = false) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    const bool layout = lines && (c == '\n' || c == '\t');
+    if ((byte < 0x20 || byte == 0x7f) && !layout) {
+      out += fmt::format("\\x{:02x}", byte);
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 // The single key that starts with `prefix`, or an exit code.
@@ -113,7 +140,8 @@ int resolve_key(const DiskCache& cache, const std::string& prefix, std::string& 
     return kOk;
   }
   if (matches.empty() || prefix.empty()) {
-    fmt::print(stderr, "pooler-cubin: no entry with key {} in {}\n", prefix, cache.directory());
+    fmt::print(stderr, "pooler-cubin: no entry with key {} in {}\n", printable(prefix),
+               cache.enabled() ? cache.directory() : kCacheOff);
     return kNotFound;
   }
   fmt::print(stderr, "pooler-cubin: key prefix {} is ambiguous ({} entries match); give more characters\n", prefix,
@@ -121,16 +149,20 @@ int resolve_key(const DiskCache& cache, const std::string& prefix, std::string& 
   return kUsage;
 }
 
+// The entry of `key`, checked as the library checks it (and its key
+// recomputed from its contents), or nothing with the reason in `why`.
 std::optional<CacheEntry> load_entry(const DiskCache& cache, const std::string& key, std::string& why) {
-  const auto bytes = read_file(cache.entry_path(key));
-  if (!bytes) {
-    why = "cannot read the file";
-    return std::nullopt;
-  }
   try {
-    return parse_entry(*bytes, key);
+    std::optional<CacheEntry> entry = cache.read(key);
+    if (!entry) {
+      why = "the file is gone";
+      return std::nullopt;
+    }
+    check_entry_key(*entry, TemplateLibrary::instance());
+    check_cubin(*entry);
+    return entry;
   } catch (const CorruptEntry& corrupt) {
-    why = corrupt.what();
+    why = printable(corrupt.what());
     return std::nullopt;
   }
 }
@@ -154,17 +186,18 @@ int find_entry(const DiskCache& cache, const std::string& prefix, std::optional<
 void print_resources(const CacheEntry& entry) {
   try {
     for (const KernelResources& kernel : read_cubin_resources(entry.cubin)) {
-      fmt::print("    {:<34} {:>4} regs {:>7} shared {:>5} local {:>5} stack\n", kernel.name, kernel.registers,
+      fmt::print("    {:<34} {:>4} regs {:>7} shared {:>5} local {:>5} stack\n", printable(kernel.name), kernel.registers,
                  kernel.shared_bytes, kernel.local_bytes, kernel.stack_bytes);
     }
   } catch (const Error& error) {
-    fmt::print("    (cannot read the cubin's resources: {})\n", error.what());
+    fmt::print("    (cannot read the cubin's resources: {})\n", printable(error.what()));
   }
 }
 
 int list(const DiskCache& cache) {
   const auto keys = cache.keys();
-  fmt::print("{} entr{} in {}\n", keys.size(), keys.size() == 1 ? "y" : "ies", cache.directory());
+  fmt::print("{} entr{} in {}\n", keys.size(), keys.size() == 1 ? "y" : "ies",
+             cache.enabled() ? cache.directory() : kCacheOff);
   if (!keys.empty()) {
     fmt::print("{:<12}  {:<24} {:<8} {:>8} {:>8}  {}\n", "key", "form", "arch", "bytes", "compile", "constants");
   }
@@ -175,8 +208,8 @@ int list(const DiskCache& cache) {
       fmt::print("{:<12}  (bad entry: {})\n", key.substr(0, 12), why);
       continue;
     }
-    fmt::print("{:<12}  {:<24} {:<8} {:>8} {:>7.2f}s  {}\n", key.substr(0, 12), entry->form, entry->architecture,
-               entry->cubin.size(), entry->compile_seconds, entry->constants);
+    fmt::print("{:<12}  {:<24} {:<8} {:>8} {:>7.2f}s  {}\n", key.substr(0, 12), printable(entry->form),
+               printable(entry->architecture), entry->cubin.size(), entry->compile_seconds, printable(entry->constants));
     print_resources(*entry);
   }
   return kOk;
@@ -189,12 +222,13 @@ int show(const DiskCache& cache, const std::string& prefix) {
   }
   fmt::print("key:          {}\nform:         {}\ntemplate:     {}\nkernels:      {}\nconstants:    {}\n"
              "architecture: {}\ncompiler:     {}\noptions:      {}\ncompile time: {:.3f} s\ncubin bytes:  {}\n",
-             entry->key, entry->form, entry->template_file, entry->kernels, entry->constants, entry->architecture,
-             entry->nvrtc, entry->options, entry->compile_seconds, entry->cubin.size());
+             entry->key, printable(entry->form), printable(entry->template_file), printable(entry->kernels),
+             printable(entry->constants), printable(entry->architecture), printable(entry->nvrtc),
+             printable(entry->options), entry->compile_seconds, entry->cubin.size());
   fmt::print("resources:\n");
   print_resources(*entry);
-  fmt::print("--- NVRTC log ---\n{}\n", entry->log.empty() ? "(empty)" : entry->log);
-  fmt::print("--- specialized source ---\n{}", numbered(entry->source));
+  fmt::print("--- NVRTC log ---\n{}\n", entry->log.empty() ? "(empty)" : printable(entry->log, true));
+  fmt::print("--- specialized source ---\n{}", printable(numbered(entry->source), true));
   return kOk;
 }
 
@@ -218,6 +252,29 @@ std::string find_program(const std::string& name) {
   return {};
 }
 
+// Creates `path` (never an existing file or a symlink) holding `bytes`.
+bool write_new_file(const std::string& path, const std::vector<unsigned char>& bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    fmt::print(stderr, "pooler-cubin: cannot create {}: {}\n", path, std::strerror(errno));
+    return false;
+  }
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += static_cast<std::size_t>(n);
+  }
+  const int error = errno;
+  ::close(fd);
+  if (written != bytes.size()) {
+    fmt::print(stderr, "pooler-cubin: cannot write {}: {}\n", path, std::strerror(error));
+    return false;
+  }
+  return true;
+}
+
 int sass(const DiskCache& cache, const std::string& prefix) {
   std::optional<CacheEntry> entry;
   if (int status = find_entry(cache, prefix, entry); status != kOk) {
@@ -233,11 +290,23 @@ int sass(const DiskCache& cache, const std::string& prefix) {
                        "/usr/local/cuda/bin); install the CUDA toolkit's binary utilities to see SASS\n");
     return kNoTool;
   }
-  const fs::path file =
-      fs::temp_directory_path() / fmt::format("pooler-cubin-{}-{}.cubin", entry->key.substr(0, 12), ::getpid());
-  {
-    std::ofstream out(file, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(entry->cubin.data()), static_cast<std::streamsize>(entry->cubin.size()));
+  // A private folder (mkdtemp, 0700) and a file created there exclusively:
+  // no name another user can predict or plant a symlink at.
+  std::string folder = (fs::temp_directory_path() / "pooler-cubin-XXXXXX").string();
+  if (::mkdtemp(folder.data()) == nullptr) {
+    fmt::print(stderr, "pooler-cubin: mkdtemp {}: {}\n", folder, std::strerror(errno));
+    return kFailed;
+  }
+  struct RemoveFolder {
+    std::string path;
+    ~RemoveFolder() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  } remove_folder{folder};
+  const fs::path file = fs::path(folder) / (entry->key.substr(0, 12) + ".cubin");
+  if (!write_new_file(file.string(), entry->cubin)) {
+    return kFailed;
   }
   command.push_back(file.string());
   std::vector<char*> argv;
@@ -251,7 +320,6 @@ int sass(const DiskCache& cache, const std::string& prefix) {
   }
   int status = 0;
   ::waitpid(child, &status, 0);
-  fs::remove(file);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? kOk : kFailed;
 }
 
@@ -260,27 +328,25 @@ int verify(const DiskCache& cache) {
   const auto keys = cache.keys();
   for (const std::string& key : keys) {
     std::string why;
-    auto entry = load_entry(cache, key, why);
+    const auto entry = load_entry(cache, key, why);
     if (entry) {
-      try {
-        read_cubin_resources(entry->cubin);
-      } catch (const Error& error) {
-        why = fmt::format("cubin does not parse: {}", error.what());
-        entry.reset();
-      }
-    }
-    if (entry) {
-      fmt::print("ok   {}  {} {}\n", key.substr(0, 12), entry->form, entry->architecture);
+      fmt::print("ok   {}  {} {}\n", key.substr(0, 12), printable(entry->form), printable(entry->architecture));
     } else {
       fmt::print("BAD  {}  {}\n", key.substr(0, 12), why);
       ++bad;
     }
   }
-  fmt::print("{} entr{} checked, {} bad, in {}\n", keys.size(), keys.size() == 1 ? "y" : "ies", bad, cache.directory());
+  fmt::print("{} entr{} checked, {} bad, in {}\n", keys.size(), keys.size() == 1 ? "y" : "ies", bad,
+             cache.enabled() ? cache.directory() : kCacheOff);
   return bad == 0 ? kOk : kFailed;
 }
 
-int clear(const std::string& directory) {
+int clear(const CacheLocation& location) {
+  if (!location.enabled) {
+    fmt::print("nothing to clear: {}\n", kCacheOff);
+    return kOk;
+  }
+  const std::string& directory = location.directory;
   std::error_code error;
   if (!fs::is_directory(directory, error)) {
     fmt::print("nothing to clear: {} does not exist\n", directory);
@@ -332,8 +398,10 @@ bool parse_int_list(const std::string& text, std::vector<int>& out) {
   return !out.empty();
 }
 
-int build(const std::string& directory, const BuildRequest& request) {
-  KernelCache cache(CacheLocation{directory, true}, TemplateLibrary::instance());
+int build(const CacheLocation& location, const BuildRequest& request) {
+  KernelCache cache(location, TemplateLibrary::instance());
+  const std::string directory =
+      location.enabled ? location.directory : fmt::format("memory only: {}, nothing is stored", kCacheOff);
   int failures = 0;
   std::size_t total = 0, compiled = 0;
   const auto start_all = std::chrono::steady_clock::now();
@@ -378,7 +446,7 @@ int build(const std::string& directory, const BuildRequest& request) {
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string cache_dir;
-  while (!args.empty() && args.front().starts_with("--")) {
+  while (!args.empty() && args.front().starts_with("-")) {
     if (args.front() == "--help" || args.front() == "-h") {
       fmt::print("{}", kUsageText);
       return kOk;
@@ -404,7 +472,7 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    const std::string directory = cache_dir_from(cache_dir);
+    const CacheLocation location = location_from(cache_dir);
     auto expect_args = [&](std::size_t count) {
       if (args.size() != count) {
         fmt::print(stderr, "pooler-cubin {}: expected {} argument(s), got {}\n", command, count, args.size());
@@ -412,11 +480,11 @@ int main(int argc, char** argv) {
       }
       return true;
     };
-    if (command == "list") return expect_args(0) ? list(open_cache(directory)) : kUsage;
-    if (command == "show") return expect_args(1) ? show(open_cache(directory), args[0]) : kUsage;
-    if (command == "sass") return expect_args(1) ? sass(open_cache(directory), args[0]) : kUsage;
-    if (command == "verify") return expect_args(0) ? verify(open_cache(directory)) : kUsage;
-    if (command == "clear") return expect_args(0) ? clear(directory) : kUsage;
+    if (command == "list") return expect_args(0) ? list(DiskCache(location)) : kUsage;
+    if (command == "show") return expect_args(1) ? show(DiskCache(location), args[0]) : kUsage;
+    if (command == "sass") return expect_args(1) ? sass(DiskCache(location), args[0]) : kUsage;
+    if (command == "verify") return expect_args(0) ? verify(DiskCache(location)) : kUsage;
+    if (command == "clear") return expect_args(0) ? clear(location) : kUsage;
     if (command == "build") {
       BuildRequest request;
       request.config.batches = {1, 2, 4, 8, 16};
@@ -469,7 +537,7 @@ int main(int argc, char** argv) {
       }
       if (request.architectures.empty()) request.architectures = {"sm_90", "sm_100a"};
       if (request.tps.empty()) request.tps = {1, 2, 4, 8};
-      return build(directory, request);
+      return build(location, request);
     }
   } catch (const Error& error) {
     fmt::print(stderr, "pooler-cubin: {}\n", error.what());
