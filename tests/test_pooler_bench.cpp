@@ -5,6 +5,8 @@
 // templates compile for sm_90 and sm_100a without local memory.
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -94,11 +96,24 @@ TEST(PoolerBench, WithoutAGpuCompilesEveryFormAndPrintsTheKernelTable) {
   EXPECT_NE(result.output.find("pooler_bench_amax_scale"), std::string::npos);
   EXPECT_EQ(testing::entry_files(dir.path()).size(), forms.size());
 
-  // A second run finds everything on disk and compiles nothing.
-  const auto again = bench(args);
+  // A second run finds everything on disk and compiles nothing. It runs with a
+  // driver whose cuInit fails (tests/fake_cuda_driver.c), --quick and --json:
+  // the same no-GPU path, no abort or hang, and a report saying nothing was measured.
+  const std::string report = dir / "report.json";
+  std::vector<std::string> quick = {POOLER_BENCH_TOOL};
+  quick.insert(quick.end(), args.begin(), args.end());
+  quick.insert(quick.end(), {"--quick", "--json", report});
+  const auto again = run_process(quick, {{"POOLER_CUDA_DRIVER", POOLER_FAKE_DRIVER}});
   ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("cuInit failed with CUDA_ERROR_NO_DEVICE"), std::string::npos) << again.output;
   EXPECT_EQ(testing::entry_files(dir.path()).size(), forms.size());
   EXPECT_NE(again.output.find(" disk "), std::string::npos) << again.output;
+  std::ifstream file(report);
+  ASSERT_TRUE(file.good()) << "--json without a GPU must write its report";
+  const std::string json((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"measured\": false"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"no_gpu\": \"no CUDA driver: cuInit failed"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"registers\": "), std::string::npos) << json;
 }
 
 TEST(PoolerBenchKernels, CompileForBothArchitecturesWithoutLocalMemory) {

@@ -70,7 +70,9 @@ timing:
   --timeout S            end every rank and fail after S seconds (900)
 
 output:
-  --json FILE            every figure, per rank, and the machine's description
+  --json FILE            every figure, per rank, and the machine's description;
+                         without a GPU: "measured": false, why ("no_gpu") and
+                         the forms compiled with their kernels' resources
   --cache-dir DIR        the kernel cache. With a GPU the default is a fresh
                          temporary folder, removed at the end, so that the first
                          construction is cold; with DIR given, forms already there

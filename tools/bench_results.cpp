@@ -499,4 +499,32 @@ void write_json(const RunResults& results, const std::string& path) {
   if (!file) throw Error(fmt::format("pooler-bench: cannot write the JSON report to {}", path));
 }
 
+void write_offline_json(const std::string& path, const std::string& no_gpu, const std::vector<OfflineForm>& forms,
+                        bool succeeded) {
+  std::string j = "{\n  \"tool\": \"pooler-bench\",\n";
+  j += fmt::format("  \"succeeded\": {},\n  \"measured\": false,\n  \"no_gpu\": {},\n  \"forms\": [", succeeded,
+                   json_string(no_gpu));
+  for (std::size_t i = 0; i < forms.size(); ++i) {
+    const OfflineForm& f = forms[i];
+    std::string kernels = "[";
+    for (std::size_t k = 0; k < f.kernels.size(); ++k) {
+      const KernelResources& r = f.kernels[k];
+      kernels += fmt::format("{}{{\"name\": {}, \"registers\": {}, \"shared_bytes\": {}, \"local_bytes\": {}, "
+                             "\"stack_bytes\": {}}}",
+                             k ? ", " : "", json_string(r.name), r.registers, r.shared_bytes, r.local_bytes,
+                             r.stack_bytes);
+    }
+    kernels += "]";
+    j += fmt::format("{}\n    {{\"form\": {}, \"arch\": {}, \"origin\": {}, \"compile_s\": {}, \"kernels\": {}{}}}",
+                     i ? "," : "", json_string(f.form), json_string(f.arch), json_string(f.origin),
+                     json_number(f.compile_s), kernels,
+                     f.problem.empty() ? std::string() : fmt::format(", \"problem\": {}", json_string(f.problem)));
+  }
+  j += "\n  ]\n}\n";
+  std::ofstream file(path);
+  file << j;
+  file.close();
+  if (!file) throw Error(fmt::format("pooler-bench: cannot write the JSON report to {}", path));
+}
+
 }  // namespace pooler::bench

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/jit/cubin_elf.hpp"
 #include "tools/bench_options.hpp"
 #include "tools/harness/stats.hpp"
 
@@ -104,5 +105,19 @@ void print_report(const RunResults& results, std::FILE* out);
 void write_json(const RunResults& results, const std::string& path);
 
 std::string cuda_version_string(int version);  // 13000 -> "13.0"
+
+// One form compiled by the no-GPU path, for its JSON report.
+struct OfflineForm {
+  std::string form, arch, origin;
+  double compile_s = 0;
+  std::vector<KernelResources> kernels;
+  std::string problem;  // why the cubin's resources could not be read, if so
+};
+
+// --json FILE without a GPU: nothing was measured ("measured": false, "no_gpu":
+// why), so the report holds the forms compiled and each kernel's resources.
+// Throws Error when the file cannot be written.
+void write_offline_json(const std::string& path, const std::string& no_gpu, const std::vector<OfflineForm>& forms,
+                        bool succeeded);
 
 }  // namespace pooler::bench
