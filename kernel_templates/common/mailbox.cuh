@@ -4,9 +4,9 @@
 // every element 0x8000 (BF16 -0.0, "not yet written") between uses. Call n uses stage
 // n % 3; rank r writes its [b, W] block into slot [stage][r] of every rank's mailbox.
 //
-// The structs below are shared with the host (runtime/mailbox.hpp includes this header),
-// so that the kernels' parameters and the host's copies have one definition. The device
-// helpers are compiled only by a CUDA compiler.
+// The structs below are shared with the host (runtime/comm/mailbox.hpp includes this
+// header), so that the kernels' parameters and the host's copies have one definition. The
+// device helpers (their PTX wrappers are in ptx.cuh) are compiled only by a CUDA compiler.
 //
 // State protocol (one MailboxStateBlock per mailbox, in device memory):
 //   - every kernel of a call reads `stage` (after pdl_wait) and never writes it, except:
@@ -26,6 +26,7 @@
 #pragma once
 
 #include "numerics.cuh"
+#include "ptx.cuh"
 #include "vector_io.cuh"
 
 namespace pooler {
@@ -71,64 +72,6 @@ static_assert(sizeof(TimeoutRecord) == 32, "TimeoutRecord layout is shared with 
 static_assert(sizeof(MailboxPeers) == 64, "MailboxPeers layout is shared with the host");
 
 #if defined(__CUDACC__)
-
-// ---- memory access ------------------------------------------------------------------
-// Everything here is inline PTX marked volatile with a memory clobber, so that no access
-// moves across pdl_wait() (itself such an asm) and none is merged or cached away.
-
-// A strong load of the local mailbox: relaxed at system scope, because peers on other
-// GPUs write it over NVLink; it never hits a stale L1 line.
-POOLER_DEVICE void ld_relaxed_sys_v4(const void* address, u32 (&v)[4]) {
-  asm volatile("ld.relaxed.sys.global.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-               : "l"(address)
-               : "memory");
-}
-
-// One 16-byte payload store into a (possibly remote) mailbox.
-POOLER_DEVICE void st_relaxed_sys_v4(void* address, const u32 (&v)[4]) {
-  asm volatile("st.relaxed.sys.global.v4.b32 [%0], {%1, %2, %3, %4};"
-               :
-               : "l"(address), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
-               : "memory");
-}
-
-// The state block is written by earlier kernels (and, for `failed`, by other CTAs of
-// this one): gpu-scope strong accesses, never a stale L1 line.
-POOLER_DEVICE u32 ld_relaxed_gpu_u32(const u32* address) {
-  u32 v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(address) : "memory");
-  return v;
-}
-
-POOLER_DEVICE void st_relaxed_gpu_u32(u32* address, u32 value) {
-  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" : : "l"(address), "r"(value) : "memory");
-}
-
-POOLER_DEVICE u32 atom_add_acq_rel_gpu_u32(u32* address, u32 value) {
-  u32 old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(address), "r"(value) : "memory");
-  return old;
-}
-
-POOLER_DEVICE u32 atom_cas_relaxed_gpu_u32(u32* address, u32 compare, u32 value) {
-  u32 old;
-  asm volatile("atom.relaxed.gpu.global.cas.b32 %0, [%1], %2, %3;"
-               : "=r"(old)
-               : "l"(address), "r"(compare), "r"(value)
-               : "memory");
-  return old;
-}
-
-// Orders this thread's earlier stores (to mapped host memory too) before its later ones
-// for every observer in the system.
-POOLER_DEVICE void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" : : : "memory"); }
-
-POOLER_DEVICE unsigned long long global_timer_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : : "memory");
-  return t;
-}
 
 // ---- sentinel -----------------------------------------------------------------------
 

@@ -1,39 +1,14 @@
-// vector_io.cuh: the plain global-memory accesses of the pooler kernels, as inline PTX
-// marked volatile with a memory clobber: no access moves across pdl_wait() (itself such
-// an asm), and the vector width is what the kernel says, whatever the compiler proves
-// about alignment. Addresses must be aligned to the access size.
+// vector_io.cuh: 16 BF16 values of a row as one thread's 8 words, through the plain
+// 16-byte accesses of ptx.cuh (the vector width is what the kernel says, whatever the
+// compiler proves about alignment). Addresses must be 16-byte aligned.
 #pragma once
 
 #include "numerics.cuh"
+#include "ptx.cuh"
 
 #if defined(__CUDACC__)
 
 namespace pooler {
-
-POOLER_DEVICE void ld_global_v4(const void* address, u32 (&v)[4]) {
-  asm volatile("ld.global.v4.b32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
-               : "l"(address)
-               : "memory");
-}
-
-POOLER_DEVICE void st_global_v4(void* address, const u32 (&v)[4]) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" : : "l"(address), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3]) : "memory");
-}
-
-POOLER_DEVICE void st_global_v2(void* address, u32 a, u32 b) {
-  asm volatile("st.global.v2.b32 [%0], {%1, %2};" : : "l"(address), "r"(a), "r"(b) : "memory");
-}
-
-POOLER_DEVICE void st_global_u8(void* address, u32 value) {
-  asm volatile("st.global.u8 [%0], %1;" : : "l"(address), "r"(value) : "memory");
-}
-
-POOLER_DEVICE float ld_global_f32(const float* address) {
-  float v;
-  asm volatile("ld.global.f32 %0, [%1];" : "=f"(v) : "l"(address) : "memory");
-  return v;
-}
 
 // 16 BF16 values (two 16-byte vectors) as 8 words: word k holds element 2k in its low
 // half and 2k + 1 in its high half.

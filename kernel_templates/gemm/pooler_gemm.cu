@@ -19,7 +19,7 @@
 //   SMEM_BYTES   dynamic shared memory the host launches with (checked below)
 //   PUBLISH      1: the fused publish of the pooler gather (below); 0: the plain GEMM
 //   TRACE        1: thread 0 of every CTA records when it passes seven points of
-//                the kernel (below, pooler-kernel-bench --trace); 0: no trace
+//                the kernel (gemm_trace.cuh, pooler-kernel-bench --trace); 0: no trace
 //   TP, CAPACITY the mailbox's ranks and rows per slot (PUBLISH = 1; 0 otherwise);
 //                the mailbox's shard width W is N
 //
@@ -28,92 +28,20 @@
 // in every form because C++ cannot make one function's parameter list depend
 // on a constant; the one the constants do not select has an empty body.
 //
-// Why it is shaped this way. The GEMM is a stream over w (N*K*2 bytes read
-// once); x (ROWS*K*2 bytes) sits in L2. What decides the speed is how many
-// bytes of w are in flight, and that nothing but w comes from HBM:
-// - w goes straight from global memory into tensor-core A fragments with
-//   16-byte loads (STAGES = 0; the ring, below, passes through shared memory
-//   in the same layout). Within
-//   one m16n8k16 MMA the K order is free (any permutation applied to both A
-//   and B gives the same dot products), so lane (g, q) loads the 8 contiguous
-//   bf16 w[row][8q .. 8q+7] of rows g and g+8 and uses them as K slots
-//   {2q, 2q+1, 2q+8, 2q+9} of two MMAs; the matching B fragment is then the 8
-//   contiguous x[batch g][8q .. 8q+7], one 16-byte shared-memory load.
-// - x is the MMA's N side (8 batch rows per MMA, zeros past ROWS), so ROWS up
-//   to 32 costs at most 4 MMAs per 32 K values of a 16-row tile: far below what
-//   the tensor cores sustain, where FP32 FMAs on CUDA cores would not keep up
-//   with HBM for ROWS >= 16.
-// - Each warp keeps K_UNROLL steps of its rows in flight: it consumes step j
-//   and at once reloads the same registers with step j + K_UNROLL. The first
-//   K_UNROLL steps are issued before pdl_wait (w is never written by the
-//   previous kernel), so under PDL they overlap the previous kernel's tail.
-// - The ring (STAGES >= 1) holds more of w in flight than registers can, and
-//   issues it before pdl_wait: each warp owns STAGES shared-memory stages of
-//   16*TILES rows x 32*K_UNROLL K values, fills them with 16-byte cp.async
-//   (one commit group per stage), reads its fragments from them with 16-byte
-//   shared loads and refills each consumed stage with the chunk STAGES ahead.
-//   What it buys is the prologue: in the pooler's chain (GEMM, consumer, next
-//   layer's GEMM) the next GEMM is launched as soon as the consumer has passed
-//   its own pdl_wait, and fills its ring while the consumer polls, so several
-//   MB of w are on chip before this GEMM may start. (Tried and measured slower,
-//   docs/PERFORMANCE.md: cp.async.bulk per row, the TMA engine, which moved
-//   at most ~20 GB/s per SM for 64-1024-byte copies.)
-//   Rows are kChunkBytes apart; see kSwizzle for the banks.
-// - Split-K keeps every SM busy at small N: the SPLIT_K CTAs of a cluster read
-//   disjoint K slices of the same columns and reduce through distributed
-//   shared memory (no global workspace, no atomics); the WARPS_K warps of a CTA
-//   split the CTA's slice the same way. Every output sums its SPLIT_K*WARPS_K
-//   partials in one fixed order, so results are identical run to run.
-//   How the partials reach the CTA that sums them: stores into its shared
-//   memory, then a cluster barrier (arrive.release, wait.acquire) that every
-//   CTA passes only when every thread of the cluster has arrived and its
-//   stores are visible; or (ASYNC_REDUCE) st.async, each of which counts its
-//   bytes on an mbarrier of the receiving CTA, which waits for exactly the
-//   bytes it expects and nothing else. At N = 512 on an H200, with the next
-//   launch's 8 MB of w streaming in beside it, the barrier took 1-1.3 us after
-//   the last partial was sent, the mbarrier 0.1-0.5 us (a trace with its
-//   marks moved around the reduction); the period fell 3.2 -> 2.9 us at b = 1
-//   but not at b >= 8, and rose at 16 (docs/PERFORMANCE.md), so the host's
-//   rule picks it for few rows.
-// - x is staged once per CTA (only its K slice, only ROWS rows) in shared
-//   memory, bypassing L1 (x was just written by the previous kernel), after
-//   pdl_wait; the WARPS_N warps of the CTA share it.
-//
-// The fused publish (PUBLISH = 1) saves the publish kernel of the pooler gather
-// (publish.cu, mailbox.cuh) and its kernel boundary: the epilogue that writes c
-// also stores the same values, every -0.0 made +0.0, into slot [stage][rank] of
-// every peer's mailbox, one 16-byte st.relaxed.sys per peer per 8 columns, so
-// the mailbox ends up holding what publish.cu would have stored from c. For
-// that each finished 8-column piece of a row must sit in one thread: the
-// cluster's columns are handed out in multiples of 8 (when the plain split
-// gives a CTA fewer, as at N = 512, only some CTAs of the cluster finish
-// columns), each thread still sums one output exactly as the plain GEMM does
-// (so c is the same bits), and lane 8j of each warp gathers lanes 8j..8j+7's
-// results with shuffles and stores them. The stage is read after pdl_wait,
-// like every kernel of a call reads it; the stores complete before the grid
-// does, which is what the consumer's pdl_wait waits for.
+// Design (docs/design/gemm.md): w streams from HBM once, straight into tensor-core
+// fragments (or through a cp.async ring), its first loads issued before pdl_wait; split-K
+// over a cluster reduces through distributed shared memory in a fixed order.
 #include "numerics.cuh"
 #include "pdl.cuh"
 #include "mailbox.cuh"
-
-// The trace's records (TRACE = 1; gemm_detail::Trace says what they hold), by
-// unmangled names that the host looks up: kLaunches launches of every CTA,
-// kMarks timestamps and the CTA's place each.
-namespace gemm_trace {
-constexpr int kMarks = 7;  // start, issued, waited, x staged, first data, loop done, done
-constexpr int kLaunches = 16;
-constexpr int kCtas = N / (16 * TILES * WARPS_N) * SPLIT_K;  // the grid
-}  // namespace gemm_trace
-extern "C" {
-__device__ unsigned pooler_gemm_trace_launches[TRACE ? gemm_trace::kCtas : 1];
-__device__ unsigned long long
-    pooler_gemm_trace[TRACE ? gemm_trace::kLaunches * gemm_trace::kCtas * (gemm_trace::kMarks + 1) : 1];
-}
+#include "ptx.cuh"
+#include "gemm_trace.cuh"
 
 namespace gemm_detail {
 
 using pooler::u16;
 using pooler::u32;
+using pooler::U32x4;
 
 constexpr int kWarps = WARPS_N * WARPS_K;
 constexpr int kThreads = 32 * kWarps;
@@ -195,139 +123,6 @@ static_assert(!PUBLISH || (CAPACITY >= ROWS), "a mailbox slot must hold ROWS row
 // finishing rank, and every round of the final loop covers whole warps.
 static_assert(!PUBLISH || kOwned % 8 == 0, "the fused publish stores 8 columns at a time");
 
-struct __align__(16) U32x4 {
-  u32 x, y, z, w;
-};
-
-// The trace (TRACE = 1 only): where a launch's time goes, per CTA. Thread 0 of
-// CTA b records %globaltimer (ns) at gemm_trace::kMarks points into
-// pooler_gemm_trace[launch][b], and in the last word its SM (high half) and b.
-// launch counts the launches of this form since the host zeroed the counters:
-// every CTA of a launch starts before any CTA of the next one (PDL starts the
-// next launch only once all of them have asked for it), so CTA b's own count
-// is the launch's number. Launches past gemm_trace::kLaunches are not recorded.
-
-struct Trace {
-  unsigned long long* record = nullptr;  // this CTA's record (thread 0 only), or null
-
-  __device__ __forceinline__ void start(unsigned thread_x) {
-    if constexpr (TRACE) {
-      if (thread_x != 0) return;
-      const unsigned long long now = timer();
-      const unsigned launch = atomicAdd(&pooler_gemm_trace_launches[blockIdx.x], 1u);
-      if (launch >= gemm_trace::kLaunches) return;
-      record = pooler_gemm_trace + (launch * gemm_trace::kCtas + blockIdx.x) * (gemm_trace::kMarks + 1);
-      unsigned sm;
-      asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-      record[0] = now;
-      record[gemm_trace::kMarks] = (static_cast<unsigned long long>(sm) << 32) | blockIdx.x;
-    }
-  }
-  __device__ __forceinline__ void mark(int point) const {
-    if constexpr (TRACE) {
-      if (record != nullptr) record[point] = timer();
-    }
-  }
-  __device__ __forceinline__ static unsigned long long timer() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-  }
-};
-
-// The L2 policy of every load of w: evict first. w is read once per call, so
-// keeping it would only push out what is read again (x, c, the mailbox, the
-// engine's own data). Measured on an H200: 0-5% faster (docs/PERFORMANCE.md).
-__device__ __forceinline__ unsigned long long w_policy() {
-  unsigned long long policy;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
-// A 16-byte load of w: read-only for the kernel's lifetime (so .nc is safe even
-// before pdl_wait), read once (no L1 allocation, evict first from L2), and
-// fetched from HBM in 256-byte L2 requests (a warp's K_UNROLL steps cover 256
-// contiguous bytes of a row when K_UNROLL = 4). volatile keeps the compiler
-// from moving the prologue's loads after pdl_wait; ptxas is kept from it by a
-// branch (below).
-__device__ __forceinline__ U32x4 load_w(const u16* p, unsigned long long policy) {
-  U32x4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p), "l"(policy));
-  return v;
-}
-
-// d += a * b for one m16n8k16 tile: a = 16 w rows x 16 K (row-major
-// fragment), b = 16 K x 8 batch rows (column-major fragment), FP32 accumulate.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ u32 shared_address(const void* p) {
-  return static_cast<u32>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive_release() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait_acquire() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// The shared::cluster address of `local` (a shared::cta address) in CTA `rank`
-// of this cluster.
-__device__ __forceinline__ u32 map_to_rank(u32 local, u32 rank) {
-  u32 remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
-  return remote;
-}
-__device__ __forceinline__ void store_cluster(u32 address, float value) {
-  asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(address), "f"(value) : "memory");
-}
-
-// ASYNC_REDUCE: value to `address` in another CTA's shared memory (both
-// shared::cluster addresses), counted as 4 bytes on that CTA's mbarrier
-// `barrier` when it lands.
-__device__ __forceinline__ void store_async(u32 address, float value, u32 barrier) {
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(address),
-               "r"(__float_as_uint(value)), "r"(barrier)
-               : "memory");
-}
-// One arrival and `bytes` of transactions make the mbarrier's phase 0.
-__device__ __forceinline__ void expect_bytes(u32 barrier, u32 bytes) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(barrier) : "memory");
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier), "r"(bytes) : "memory");
-  // The init is visible to the cluster's other CTAs by the cluster barrier's
-  // first phase, which they wait for before they send.
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-__device__ __forceinline__ void wait_phase_0(u32 barrier) {
-  u32 done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(done)
-        : "r"(barrier)
-        : "memory");
-  }
-}
-
-__device__ __forceinline__ U32x4 load_shared(u32 address) {
-  U32x4 v;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(address)
-               : "memory");
-  return v;
-}
-
 // The batch fragments of x for one 32-wide K step: 16 bytes of row g + 8b at
 // x_step + b * 8 * kXPitch (x_step: the lane's place in the staged x, at the
 // step). Batch rows past ROWS feed zeros (only the last batch tile has any).
@@ -349,8 +144,8 @@ __device__ __forceinline__ void mma_tile(float (&acc)[kBatchTiles][4], const U32
 #pragma unroll
   for (int b = 0; b < kBatchTiles; ++b) {
     // K 8q+0..3 as slots {2q, 2q+1, 2q+8, 2q+9}, then K 8q+4..7.
-    mma_bf16(acc[b], lo.x, hi.x, lo.y, hi.y, xf[b].x, xf[b].y);
-    mma_bf16(acc[b], lo.z, hi.z, lo.w, hi.w, xf[b].z, xf[b].w);
+    pooler::mma_bf16_m16n8k16(acc[b], lo.x, hi.x, lo.y, hi.y, xf[b].x, xf[b].y);
+    pooler::mma_bf16_m16n8k16(acc[b], lo.z, hi.z, lo.w, hi.w, xf[b].z, xf[b].w);
   }
 }
 
@@ -377,16 +172,14 @@ struct Ring {
       const int r = p / kPiecesPerRow;
       const int piece = p % kPiecesPerRow;
       const int placed = piece ^ ((r & 1) * kSwizzle);
-      asm volatile("cp.async.cg.shared.global.L2::cache_hint.L2::256B [%0], [%1], 16, %2;" ::"r"(
-                       stage + r * kRowPitch + 16 * placed),
-                   "l"(source + static_cast<unsigned long long>(r) * K + 8 * piece), "l"(policy)
-                   : "memory");
+      pooler::cp_async_16_stream(stage + r * kRowPitch + 16 * placed,
+                                 source + static_cast<unsigned long long>(r) * K + 8 * piece, policy);
     }
   }
-  __device__ __forceinline__ static void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+  __device__ __forceinline__ static void commit() { pooler::cp_async_commit(); }
   // Chunk c's pieces, every lane's, are in shared memory.
   __device__ __forceinline__ static void wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(STAGES > 0 ? STAGES - 1 : 0) : "memory");
+    pooler::cp_async_wait_group<(STAGES > 0 ? STAGES - 1 : 0)>();
     __syncwarp();
   }
 };
@@ -428,15 +221,15 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   const u16* w_lane = w + (static_cast<unsigned long long>(block * kColumnsPerCta + warp_column + g) * K +
                            static_cast<unsigned long long>(split * kSliceK + warp_k0 + 8 * q));
 
-  Trace trace;
+  gemm_trace::Trace trace;
   trace.start(thread_x);
   // ASYNC_REDUCE: the CTAs that sum columns expect every partial of them,
   // before this CTA issues any load (a release fence waits for earlier ones).
-  const u32 barrier = shared_address(smem + kBarrierOffset);
+  const u32 barrier = pooler::shared_address(smem + kBarrierOffset);
   if constexpr (ASYNC_REDUCE) {
-    if (thread_x == 0 && split < kOwners) expect_bytes(barrier, kPartials * ROWS * kOwned * 4);
+    if (thread_x == 0 && split < kOwners) pooler::mbarrier_expect_bytes(barrier, kPartials * ROWS * kOwned * 4);
   }
-  const unsigned long long policy = w_policy();
+  const unsigned long long policy = pooler::l2_evict_first_policy();
   // Prologue, before pdl_wait: the first K_UNROLL steps of w into registers,
   // or the first STAGES chunks into the warp's ring.
   U32x4 wbuf[STAGES == 0 ? K_UNROLL : 1][TILES][2];
@@ -447,11 +240,11 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 #pragma unroll
       for (int t = 0; t < TILES; ++t) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) wbuf[u][t][h] = load_w(w_lane + (16 * t + 8 * h) * K + 32 * u, policy);
+        for (int h = 0; h < 2; ++h) wbuf[u][t][h] = pooler::ld_stream_v4(w_lane + (16 * t + 8 * h) * K + 32 * u, policy);
       }
     }
   } else {
-    ring.stages = shared_address(smem + kRingOffset) + warp * STAGES * kStageBytes;
+    ring.stages = pooler::shared_address(smem + kRingOffset) + warp * STAGES * kStageBytes;
     ring.rows = w_lane - g * K - 8 * q;
     ring.lane = lane;
     ring.policy = policy;
@@ -473,7 +266,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // may be written by its peers once this phase completes, and its mbarrier
   // is initialized). Waited for just
   // before the epilogue's remote stores, so it costs nothing here.
-  if constexpr (SPLIT_K > 1) cluster_arrive_relaxed();
+  if constexpr (SPLIT_K > 1) pooler::cluster_arrive_relaxed();
 
   // x is the previous kernel's output: read only from here on. The branch
   // (never taken: x is never null) is what keeps ptxas from scheduling
@@ -492,23 +285,18 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
       for (int i = static_cast<int>(thread_x); i < kPieces; i += kThreads) {
         const int r = i / kChunksPerRow;
         const int chunk = i % kChunksPerRow;
-        const u32 destination = shared_address(smem + r * kXPitch + 16 * chunk);
+        const u32 destination = pooler::shared_address(smem + r * kXPitch + 16 * chunk);
         const u16* source = x_slice + static_cast<unsigned long long>(r) * K + 8 * chunk;
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(destination), "l"(source) : "memory");
+        pooler::cp_async_16(destination, source);
       }
-      asm volatile("cp.async.commit_group;\n\tcp.async.wait_all;" ::: "memory");
+      pooler::cp_async_commit_and_wait_all();
     } else {
 #pragma unroll 8
       for (int i = static_cast<int>(thread_x); i < kPieces; i += kThreads) {
         const int r = i / kChunksPerRow;
         const int chunk = i % kChunksPerRow;
         const u16* source = x_slice + static_cast<unsigned long long>(r) * K + 8 * chunk;
-        U32x4 v;
-        asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];"
-                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                     : "l"(source)
-                     : "memory");
-        *reinterpret_cast<U32x4*>(smem + r * kXPitch + 16 * chunk) = v;
+        *reinterpret_cast<U32x4*>(smem + r * kXPitch + 16 * chunk) = pooler::ld_global_cg_v4(source);
       }
     }
     __syncthreads();
@@ -550,8 +338,8 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 #pragma unroll
         for (int t = 0; t < TILES; ++t) {
           const u32 step = (64u * u) ^ swizzle;
-          const U32x4 lo = load_shared(stage + (16 * t) * kRowPitch + step);
-          const U32x4 hi = load_shared(stage + (16 * t + 8) * kRowPitch + step);
+          const U32x4 lo = pooler::ld_shared_v4(stage + (16 * t) * kRowPitch + step);
+          const U32x4 hi = pooler::ld_shared_v4(stage + (16 * t + 8) * kRowPitch + step);
           mma_tile(acc[t], lo, hi, xf);
         }
       }
@@ -576,7 +364,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 #pragma unroll
         for (int t = 0; t < TILES; ++t) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) wbuf[u][t][h] = load_w(w_next + (16 * t + 8 * h) * K + 32 * u, policy);
+          for (int h = 0; h < 2; ++h) wbuf[u][t][h] = pooler::ld_stream_v4(w_next + (16 * t + 8 * h) * K + 32 * u, policy);
         }
       }
     }
@@ -601,7 +389,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // reduce[(p * 8 * kBatchTiles + r) * kOwnedPitch + col % kOwned].
   float* reduce = reinterpret_cast<float*>(smem + kReduceOffset);
   const int partial = split * WARPS_K + warp_k;
-  if constexpr (SPLIT_K > 1) cluster_wait_acquire();  // phase 1: every peer has started
+  if constexpr (SPLIT_K > 1) pooler::cluster_wait_acquire();  // phase 1: every peer has started
 #pragma unroll
   for (int t = 0; t < TILES; ++t) {
 #pragma unroll
@@ -617,10 +405,10 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
           if (r < ROWS) {
             float* slot = reduce + (partial * 8 * kBatchTiles + r) * kOwnedPitch + owned;
             if constexpr (ASYNC_REDUCE) {
-              store_async(map_to_rank(shared_address(slot), static_cast<u32>(owner)), acc[t][b][2 * half + e],
-                          map_to_rank(barrier, static_cast<u32>(owner)));
+              pooler::st_async_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)), acc[t][b][2 * half + e],
+                          pooler::map_to_rank(barrier, static_cast<u32>(owner)));
             } else if constexpr (SPLIT_K > 1) {
-              store_cluster(map_to_rank(shared_address(slot), static_cast<u32>(owner)), acc[t][b][2 * half + e]);
+              pooler::st_shared_cluster_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)), acc[t][b][2 * half + e]);
             } else {
               *slot = acc[t][b][2 * half + e];
             }
@@ -634,13 +422,13 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     // counted all their bytes. A rank that sums nothing receives nothing, and
     // one that does exits only after it has received everything, so no CTA
     // touches the memory of one that has exited.
-    if (split < kOwners) wait_phase_0(barrier);
+    if (split < kOwners) pooler::mbarrier_wait_phase_0(barrier);
   } else if constexpr (SPLIT_K > 1) {
     // Phase 2: every partial of this rank's columns has landed (release by the
     // writers, acquire here); after it nobody touches another CTA's memory,
     // so any CTA may exit.
-    cluster_arrive_release();
-    cluster_wait_acquire();
+    pooler::cluster_arrive_release();
+    pooler::cluster_wait_acquire();
   } else {
     __syncthreads();
   }

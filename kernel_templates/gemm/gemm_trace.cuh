@@ -1,0 +1,52 @@
+// gemm_trace.cuh: the pooler GEMM's optional trace (TRACE = 1; pooler-kernel-bench
+// --trace, runtime/gemm/pooler_gemm.hpp's GemmTrace): where a launch's time goes, per CTA.
+// Included by pooler_gemm.cu after its constants (N, TILES, WARPS_N, SPLIT_K, TRACE).
+//
+// Thread 0 of CTA b records %globaltimer (ns) at gemm_trace::kMarks points into
+// pooler_gemm_trace[launch][b], and in the last word its SM (high half) and b. launch
+// counts the launches of this form since the host zeroed the counters: every CTA of a
+// launch starts before any CTA of the next one (PDL starts the next launch only once all
+// of them have asked for it), so CTA b's own count is the launch's number. Launches past
+// gemm_trace::kLaunches are not recorded. With TRACE = 0 every call is empty.
+#pragma once
+
+#include "ptx.cuh"
+
+// The trace's records, by unmangled names that the host looks up: kLaunches launches of
+// every CTA, kMarks timestamps and the CTA's place each.
+namespace gemm_trace {
+constexpr int kMarks = 7;  // start, issued, waited, x staged, first data, loop done, done
+constexpr int kLaunches = 16;
+constexpr int kCtas = N / (16 * TILES * WARPS_N) * SPLIT_K;  // the grid
+}  // namespace gemm_trace
+extern "C" {
+__device__ unsigned pooler_gemm_trace_launches[TRACE ? gemm_trace::kCtas : 1];
+__device__ unsigned long long
+    pooler_gemm_trace[TRACE ? gemm_trace::kLaunches * gemm_trace::kCtas * (gemm_trace::kMarks + 1) : 1];
+}
+
+namespace gemm_trace {
+
+struct Trace {
+  unsigned long long* record = nullptr;  // this CTA's record (thread 0 only), or null
+
+  __device__ __forceinline__ void start(unsigned thread_x) {
+    if constexpr (TRACE) {
+      if (thread_x != 0) return;
+      const unsigned long long now = pooler::global_timer_unordered();
+      const unsigned launch = atomicAdd(&pooler_gemm_trace_launches[blockIdx.x], 1u);
+      if (launch >= kLaunches) return;
+      record = pooler_gemm_trace + (launch * kCtas + blockIdx.x) * (kMarks + 1);
+      const unsigned sm = pooler::sm_id();
+      record[0] = now;
+      record[kMarks] = (static_cast<unsigned long long>(sm) << 32) | blockIdx.x;
+    }
+  }
+  __device__ __forceinline__ void mark(int point) const {
+    if constexpr (TRACE) {
+      if (record != nullptr) record[point] = pooler::global_timer_unordered();
+    }
+  }
+};
+
+}  // namespace gemm_trace
