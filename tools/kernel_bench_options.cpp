@@ -43,6 +43,8 @@ options:
   --no-consumers    skip the consumer section
   --arch ARCH       architecture to compile for when there is no GPU (default sm_90)
   --json FILE       also write the results as JSON
+  --chain           instead of all the above: the per-layer chain of Pooler::run in loopback at the
+                    widths of tp 1, 2, 4, 8 (pooler-kernel-bench --chain --help lists its options)
   -h, --help        this text
 
 The kernel cache is POOLER_CACHE_DIR (or the default cache); a second run reuses

@@ -41,6 +41,7 @@
 #include "tools/harness/checks.hpp"
 #include "tools/harness/templates.hpp"
 #include "tools/kernel_bench.hpp"
+#include "tools/kernel_bench_chain.hpp"
 
 namespace pooler::kernel_bench {
 
@@ -124,6 +125,7 @@ int main(int argc, char** argv) {
   using namespace pooler;
   try {
     register_templates(harness::tool_templates());
+    if (bench::wants_chain(argc, argv)) return bench::chain_main(argc, argv);
     return kernel_bench::run(kernel_bench::parse_options(argc, argv));
   } catch (const InvalidArgument& e) {
     std::fprintf(stderr, "pooler-kernel-bench: %s\n", e.what());

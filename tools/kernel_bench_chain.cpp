@@ -1,0 +1,548 @@
+// pooler-kernel-bench --chain: the per-layer chain of Pooler::run in loopback on one GPU.
+//
+// The GPU plays rank 0 of tp = 1, 2, 4 or 8 (P = 4096, H = K = 8192, capacity 32): its
+// GEMM computes its N = P / tp columns and publishes them from its epilogue into every
+// slot of its own mailbox, standing in for the peers (peer p's base address is the
+// mailbox's slot p for rank 0, so the tp stores per 8 columns land in slots 0..tp-1),
+// and the consumer gathers, norms and quantizes as in Pooler::run. `layers` layers
+// (62: the first and last BF16 edge layers, NVFP4 between) with their own weights run
+// as one CUDA graph with PDL, as in pooler-bench; the time per layer is the graph's
+// median over the replays divided by the layers. Beside it, in the same run:
+//   floor        weight bytes per layer / the streaming-read ceiling measured here
+//   GEMM alone   the plain GEMM of every layer, chained the same way
+//   gather       [publish kernel + consumer] - [publish kernel], per layer
+//   stock        cuBLAS GEMM, tp local 2D copies standing in for the all-gather, stock
+//                norm (+ quantize), per layer (cuBLAS kernels without PDL)
+// NVLink is absent: every publish stores into local HBM, so the fused figures lack the
+// NVLink latency of a real run, and the stock path lacks NCCL's.
+//
+// Before timing, one BF16 and one NVFP4 layer of the fused path are checked bit for bit
+// against the stock norm (+ quantize) of the plain GEMM's output (the same bits as the
+// fused GEMM's), gathered by the same 2D copies.
+#include "tools/kernel_bench_chain.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "pooler/error.hpp"
+#include "runtime/comm/mailbox.hpp"
+#include "runtime/gather/gather_kernels.hpp"
+#include "runtime/gemm/pooler_gemm.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/kernel.hpp"
+#include "runtime/jit/kernel_cache.hpp"
+#include "tools/bench_forms.hpp"
+#include "tools/harness/checks.hpp"
+#include "tools/harness/graph.hpp"
+#include "tools/harness/stats.hpp"
+
+namespace pooler::bench {
+namespace {
+
+using harness::Graph;
+using harness::median;
+
+constexpr int kPooled = 4096;
+constexpr int kHidden = 8192;
+constexpr int kCapacity = 32;
+constexpr float kEps = 1e-5f;
+constexpr float kGainCenter = 1.0f;
+constexpr float kGlobalScale = 448.0f * 6.0f / 5.0f;
+// No healthy poll waits in loopback; a protocol slip ends a call with a record.
+constexpr unsigned long long kTimeoutNs = 1'000'000'000ull;
+
+const char* kChainUsage = R"(usage: pooler-kernel-bench --chain [options]
+
+The per-layer chain of Pooler::run in loopback on GPU 0, as rank 0 of each tp
+(P 4096, H 8192, capacity 32): fused per layer against the weight-streaming floor,
+the GEMM alone, the gather alone and the stock path, in one run. Without a GPU it
+compiles the forms and exits 0.
+
+options:
+  --tps LIST        tensor-parallel sizes, 1, 2, 4 or 8 (default 1,2,4,8)
+  --batches LIST    batches b, 1 to 32 (default 1,8,16)
+  --layers L        layers per graph, at least 2 (default 62; first and last BF16)
+  --replays R       timed replays of each graph; medians are reported (default 20)
+  --no-stock        skip the stock path
+  --arch ARCH       architecture to compile for without a GPU (default sm_90)
+  --json FILE       also write the rows as JSON
+  -h, --help        this text
+)";
+
+struct ChainOptions {
+  std::vector<int> tps = {1, 2, 4, 8};
+  std::vector<int> batches = {1, 8, 16};
+  int layers = 62;
+  int replays = 20;
+  bool stock = true;
+  std::string arch = "sm_90";
+  std::string json;
+};
+
+std::size_t sz(long long v) { return static_cast<std::size_t>(v); }
+
+std::vector<int> parse_list(const std::string& text, const char* flag, int low, int high) {
+  std::vector<int> out;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    std::size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < low || v > high) {
+      throw InvalidArgument(fmt::format("{}: '{}' is not an integer in [{}, {}]", flag, item, low, high));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) throw InvalidArgument(fmt::format("{}: empty list", flag));
+  return out;
+}
+
+ChainOptions parse(int argc, char** argv) {
+  ChainOptions o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw InvalidArgument(fmt::format("{} needs a value", a));
+      return argv[++i];
+    };
+    if (a == "--chain") {
+      continue;
+    } else if (a == "-h" || a == "--help") {
+      std::fputs(kChainUsage, stdout);
+      std::exit(0);
+    } else if (a == "--tps") {
+      o.tps = parse_list(value(), "--tps", 1, 8);
+      for (int tp : o.tps) check_tensor_parallel("--tps", tp);
+    } else if (a == "--batches") {
+      o.batches = parse_list(value(), "--batches", 1, kCapacity);
+    } else if (a == "--layers") {
+      o.layers = parse_list(value(), "--layers", 2, 1000).front();
+    } else if (a == "--replays") {
+      o.replays = parse_list(value(), "--replays", 1, 100000).front();
+    } else if (a == "--no-stock") {
+      o.stock = false;
+    } else if (a == "--arch") {
+      o.arch = value();
+    } else if (a == "--json") {
+      o.json = value();
+    } else {
+      throw InvalidArgument(fmt::format("--chain: unknown option '{}' (see --chain --help)", a));
+    }
+  }
+  return o;
+}
+
+// Median microseconds per `per_replay` units of the graph of `enqueue`, after two
+// untimed replays.
+template <typename Enqueue>
+double time_graph(CUstream stream, int replays, int per_replay, Enqueue enqueue) {
+  const Graph graph(stream, "chain graph", enqueue);
+  Event start, stop;
+  std::vector<double> samples;
+  for (int r = 0; r < replays + 2; ++r) {
+    start.record(stream);
+    graph.launch(stream);
+    stop.record(stream);
+    POOLER_CU(cuStreamSynchronize(stream), "a chain graph replay");
+    if (r >= 2) samples.push_back(1000.0 * stop.elapsed_since(start) / per_replay);
+  }
+  return median(samples);
+}
+
+std::vector<Form> chain_forms(const ChainOptions& o) {
+  std::vector<Form> forms = {fill_form(), stock_norm_form(kPooled, kEps, kGainCenter), stock_quantize_form(kPooled)};
+  for (const ReadConfig& c : read_configs()) forms.push_back(read_form(c));
+  for (int tp : o.tps) {
+    const int n = kPooled / tp;
+    const GemmPublish publish{tp, kCapacity};
+    for (int b : o.batches) {
+      const PoolerGemmShape shape = choose_gemm_shape(n, kHidden, b);
+      forms.push_back(pooler_gemm_form(b, n, kHidden, shape));
+      forms.push_back(pooler_gemm_form(b, n, kHidden, shape, &publish));
+    }
+    forms.push_back(publish_form(kPooled, tp, kCapacity));
+    forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
+    forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
+  }
+  return forms;
+}
+
+// Microseconds per layer.
+struct ChainRow {
+  int tp = 0, b = 0, n = 0;
+  std::string shape;
+  double floor = 0, fused = 0, gemm = 0, publish = 0, publish_gather = 0, stock = 0;
+  std::string check;
+  double gather() const { return publish_gather - publish; }
+};
+
+// Everything the chain needs on the GPU: compiled kernels, the cuBLAS handle, the
+// read ceiling.
+struct Gpu {
+  KernelCache& cache;
+  std::string arch;
+  DeviceInfo info;
+  CUcontext context;
+  CUstream stream;
+  cublasHandle_t cublas;
+  Kernel fill;
+  std::optional<LoadedForm> fill_loaded, norm_loaded, quantize_loaded;
+  std::optional<StockNormLauncher> norm;
+  std::optional<StockQuantizeLauncher> quantize;
+
+  void fill_bf16(CUdeviceptr out, std::size_t count, unsigned long long seed, float deviation) const {
+    LaunchShape shape;
+    shape.block_x = static_cast<unsigned>(kFillThreads);
+    shape.grid_x = static_cast<unsigned>(std::min<std::size_t>((count + kFillThreads - 1) / kFillThreads, sz(16) * info.multiprocessors));
+    const unsigned long long n = count, first = 0;
+    fill(stream, shape, out, n, first, seed, deviation, 0.0f);
+  }
+};
+
+double read_ceiling_gbps(const Gpu& gpu) {
+  const std::size_t bytes = std::size_t{4} << 30;
+  DeviceBuffer data(bytes), sink(64);
+  POOLER_CU(cuMemsetD8Async(data.get(), 0x5A, bytes, gpu.stream), "filling the read buffer");
+  double best = 0;
+  for (const ReadConfig& c : read_configs()) {
+    LoadedForm loaded(*gpu.cache.get(read_form(c), gpu.arch).entry, gpu.context);
+    const Kernel kernel = loaded.kernel(kReadEntry);
+    LaunchShape shape;
+    shape.grid_x = static_cast<unsigned>(gpu.info.multiprocessors * c.ctas_per_sm);
+    shape.block_x = static_cast<unsigned>(c.threads);
+    const unsigned long long vectors = bytes / 16;
+    const double us = time_graph(gpu.stream, 5, 1, [&] { kernel(gpu.stream, shape, data.get(), vectors, sink.get()); });
+    best = std::max(best, static_cast<double>(bytes) / (us * 1e3));
+  }
+  return best;
+}
+
+// One tp: weights of every layer, the loopback mailbox and the buffers of both paths.
+class ChainRig {
+ public:
+  ChainRig(const Gpu& gpu, const ChainOptions& o, int tp)
+      : gpu_(gpu),
+        o_(o),
+        tp_(tp),
+        n_(kPooled / tp),
+        layout_(MailboxLayout::make(kPooled, tp, kCapacity)),
+        weights_(sz(o.layers) * sz(n_) * kHidden * 2),
+        x_(sz(kCapacity) * kHidden * 2),
+        norm_weight_(sz(kPooled) * 2),
+        global_scale_(sizeof(float)),
+        mailbox_(layout_.bytes()),
+        state_(gpu.stream),
+        c_(sz(kCapacity) * sz(n_) * 2),
+        c_stock_(c_.bytes()),
+        packed_(sz(kCapacity) * kPooled / 2),
+        scales_(sz(kCapacity) * kPooled / 16),
+        rows_(sz(kCapacity) * kPooled * 2),
+        normed_(rows_.bytes()),
+        gathered_(rows_.bytes()),
+        stock_normed_(rows_.bytes()),
+        stock_packed_(packed_.bytes()),
+        stock_scales_(scales_.bytes()) {
+    gpu.fill_bf16(weights_.get(), weights_.bytes() / 2, 11 + static_cast<unsigned long long>(tp), 0.02f);
+    gpu.fill_bf16(x_.get(), x_.bytes() / 2, 12, 1.0f);
+    gpu.fill_bf16(norm_weight_.get(), sz(kPooled), 13, 0.2f);
+    POOLER_CU(cuMemcpyHtoDAsync(global_scale_.get(), &kGlobalScale, sizeof(float), gpu.stream), "the global scale");
+    fill_mailbox_sentinel(mailbox_.get(), layout_, gpu.stream);
+    // Peer p's base is slot p of this mailbox as rank 0 addresses it.
+    std::vector<CUdeviceptr> bases;
+    for (int p = 0; p < tp; ++p) bases.push_back(mailbox_.get() + sz(p) * sz(kCapacity) * sz(n_) * 2);
+    peers_ = make_peers(bases);
+    publish_loaded_.emplace(*gpu.cache.get(publish_form(kPooled, tp, kCapacity), gpu.arch).entry, gpu.context);
+    publisher_.emplace(*publish_loaded_, layout_, 0, peers_, state_.state());
+    const MailboxBinding binding = state_.binding(mailbox_.get());
+    nvfp4_loaded_.emplace(*gpu.cache.get(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter), gpu.arch).entry,
+                          gpu.context);
+    bf16_loaded_.emplace(*gpu.cache.get(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter), gpu.arch).entry,
+                         gpu.context);
+    nvfp4_.emplace(*nvfp4_loaded_, layout_, 0, binding, kTimeoutNs);
+    bf16_.emplace(*bf16_loaded_, layout_, 0, binding, kTimeoutNs);
+    POOLER_CU(cuStreamSynchronize(gpu.stream), "setting up the chain");
+  }
+
+  ChainRow measure(int b) {
+    ChainRow row;
+    row.tp = tp_;
+    row.b = b;
+    row.n = n_;
+    const PoolerGemmShape shape = choose_gemm_shape(n_, kHidden, b);
+    row.shape = describe(shape);
+    const GemmPublish publish{tp_, kCapacity};
+    const PoolerGemm plain(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape), gpu_.arch).entry, gpu_.context, b,
+                           n_, kHidden, shape);
+    const PoolerGemm fused(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape, &publish), gpu_.arch).entry,
+                           gpu_.context, b, n_, kHidden, shape, &publish);
+    row.check = check(plain, fused, b);
+    const CUstream s = gpu_.stream;
+    const int layers = o_.layers;
+    auto each_layer = [&](auto body) {
+      return [&, body] {
+        for (int layer = 0; layer < layers; ++layer) body(layer);
+      };
+    };
+    row.fused = time_graph(s, o_.replays, layers, each_layer([&](int layer) {
+                             fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0,
+                                                  true);
+                             consume(layer, b);
+                           }));
+    row.gemm = time_graph(s, o_.replays, layers,
+                          each_layer([&](int layer) { plain.launch(s, x_.get(), weight(layer), c_.get(), true); }));
+    row.publish_gather = time_graph(s, o_.replays, layers, each_layer([&](int layer) {
+                                      publisher_->launch(s, c_.get(), b, true);
+                                      consume(layer, b);
+                                    }));
+    row.publish = time_graph(s, o_.replays, layers,
+                             each_layer([&](int) { publisher_->launch(s, c_.get(), b, true); }));
+    // The publishes alone left this stage's rows unconsumed: one whole call takes them.
+    publisher_->launch(s, c_.get(), b, true);
+    consume(1, b);
+    if (o_.stock) {
+      auto stock_layer = [&](int layer) {
+        stock_gemm(layer, b);
+        gather_and_norm(layer, b);
+      };
+      stock_layer(1);  // cuBLAS picks and loads its kernels outside the capture
+      row.stock = time_graph(s, o_.replays, layers, each_layer(stock_layer));
+    }
+    row.floor = static_cast<double>(n_) * kHidden * 2 / (ceiling_gbps_ * 1e3);
+    const MailboxStateBlock block = state_.read(s);
+    if (block.failed != 0u || block.arrived != 0u) {
+      row.check += fmt::format("; FAILED: mailbox state after timing: failed {}, arrived {} ({})", block.failed,
+                               block.arrived, state_.describe_timeout());
+    }
+    return row;
+  }
+
+  void set_ceiling(double gbps) { ceiling_gbps_ = gbps; }
+
+ private:
+  CUdeviceptr weight(int layer) const { return weights_.get() + sz(layer) * sz(n_) * kHidden * 2; }
+  bool edge(int layer) const { return layer == 0 || layer == o_.layers - 1; }
+
+  void consume(int layer, int b) const {
+    if (edge(layer)) {
+      bf16_->launch(gpu_.stream, norm_weight_.get(), rows_.get(), normed_.get(), b, layer, true);
+    } else {
+      nvfp4_->launch(gpu_.stream, norm_weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer,
+                     true);
+    }
+  }
+
+  // c_stock = x @ w(layer).T by cuBLAS (column-major: C[N, b] = W^T[N, K] * X[K, b]).
+  void stock_gemm(int layer, int b) const {
+    const float alpha = 1.0f, beta = 0.0f;
+    harness::check_cublas(cublasGemmEx(gpu_.cublas, CUBLAS_OP_T, CUBLAS_OP_N, n_, b, kHidden, &alpha,
+                              reinterpret_cast<const void*>(weight(layer)), CUDA_R_16BF, kHidden,
+                              reinterpret_cast<const void*>(x_.get()), CUDA_R_16BF, kHidden, &beta,
+                              reinterpret_cast<void*>(c_stock_.get()), CUDA_R_16BF, n_, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx", "the stock path's GEMM");
+  }
+
+  // c_stock [b, N] into every rank's columns of gathered [b, P] (the all-gather of a tp
+  // run whose ranks all computed these columns), then the stock norm (+ quantize).
+  void gather_and_norm(int layer, int b) const {
+    const std::size_t row_bytes = sz(n_) * 2;
+    for (int p = 0; p < tp_; ++p) {
+      harness::check_cuda(cudaMemcpy2DAsync(reinterpret_cast<void*>(gathered_.get() + sz(p) * row_bytes), sz(kPooled) * 2,
+                                   reinterpret_cast<const void*>(c_stock_.get()), row_bytes, row_bytes, sz(b),
+                                   cudaMemcpyDeviceToDevice, reinterpret_cast<cudaStream_t>(gpu_.stream)),
+                 "cudaMemcpy2DAsync", "the stock all-gather's stand-in");
+    }
+    gpu_.norm->launch(gpu_.stream, gathered_.get(), norm_weight_.get(), stock_normed_.get(), b, true);
+    if (!edge(layer)) {
+      gpu_.quantize->launch(gpu_.stream, stock_normed_.get(), global_scale_.get(), stock_packed_.get(),
+                            stock_scales_.get(), b, true);
+    }
+  }
+
+  // One BF16 layer (0) and one NVFP4 layer (1) of the fused path against the stock norm
+  // (+ quantize) of the plain GEMM's output: "ok" or what differs.
+  std::string check(const PoolerGemm& plain, const PoolerGemm& fused, int b) {
+    const CUstream s = gpu_.stream;
+    std::string problems;
+    for (int layer : {0, 1}) {
+      for (const DeviceBuffer* buffer : {&packed_, &scales_, &rows_, &normed_}) {
+        POOLER_CU(cuMemsetD8Async(buffer->get(), 0xA5, buffer->bytes(), s), "poisoning a fused output");
+      }
+      for (const DeviceBuffer* buffer : {&stock_packed_, &stock_scales_, &stock_normed_}) {
+        POOLER_CU(cuMemsetD8Async(buffer->get(), 0x5A, buffer->bytes(), s), "poisoning a stock output");
+      }
+      fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
+      consume(layer, b);
+      plain.launch(s, x_.get(), weight(layer), c_stock_.get(), true);
+      gather_and_norm(layer, b);
+      POOLER_CU(cuStreamSynchronize(s), "the chain's check");
+      auto compare = [&](const char* what, const DeviceBuffer& got, const DeviceBuffer& want, std::size_t bytes) {
+        std::vector<unsigned char> a(bytes), e(bytes);
+        got.download(a.data(), bytes);
+        want.download(e.data(), bytes);
+        std::size_t differ = 0;
+        for (std::size_t i = 0; i < bytes; ++i) differ += a[i] != e[i] ? 1 : 0;
+        if (differ != 0) {
+          problems += fmt::format("{}{}: {} of {} bytes differ", problems.empty() ? "" : "; ", what, differ, bytes);
+        }
+      };
+      if (edge(layer)) {
+        compare("BF16 rows", rows_, gathered_, sz(b) * kPooled * 2);
+        compare("BF16 normed", normed_, stock_normed_, sz(b) * kPooled * 2);
+      } else {
+        compare("NVFP4 packed", packed_, stock_packed_, sz(b) * kPooled / 2);
+        compare("NVFP4 scales", scales_, stock_scales_, sz(b) * kPooled / 16);
+      }
+    }
+    if (state_.timed_out()) problems += "; a consumer timed out: " + state_.describe_timeout();
+    return problems.empty() ? "ok" : "FAILED: " + problems;
+  }
+
+  const Gpu& gpu_;
+  const ChainOptions& o_;
+  int tp_, n_;
+  MailboxLayout layout_;
+  DeviceBuffer weights_, x_, norm_weight_, global_scale_, mailbox_;
+  MailboxState state_;
+  DeviceBuffer c_, c_stock_, packed_, scales_, rows_, normed_, gathered_, stock_normed_, stock_packed_, stock_scales_;
+  MailboxPeers peers_{};
+  std::optional<LoadedForm> publish_loaded_, nvfp4_loaded_, bf16_loaded_;
+  std::optional<PublishLauncher> publisher_;
+  std::optional<Nvfp4ConsumerLauncher> nvfp4_;
+  std::optional<Bf16ConsumerLauncher> bf16_;
+  double ceiling_gbps_ = 0;
+};
+
+void print_row(const ChainRow& r) {
+  const double best = r.fused;
+  std::printf("%3d %3d %5d %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s]\n", r.tp, r.b, r.n, r.fused, r.floor,
+              best / r.floor, r.gemm, r.gather(), r.publish, r.stock, r.check.c_str(), r.shape.c_str());
+  std::fflush(stdout);
+}
+
+void write_json(const std::string& path, const ChainOptions& o, const DeviceInfo& info, double ceiling,
+                const std::vector<ChainRow>& rows) {
+  std::ofstream out(path);
+  if (!out) throw Error(fmt::format("--json: cannot write {}", path));
+  out << fmt::format("{{\"device\": \"{}\", \"loopback\": true, \"pooled\": {}, \"hidden\": {}, \"capacity\": {}, "
+                     "\"layers\": {}, \"replays\": {}, \"read_ceiling_gbps\": {:.1f},\n \"rows\": [\n",
+                     info.name, kPooled, kHidden, kCapacity, o.layers, o.replays, ceiling);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const ChainRow& r = rows[i];
+    out << fmt::format("  {{\"tp\": {}, \"b\": {}, \"n\": {}, \"shape\": \"{}\", \"fused_us\": {:.3f}, "
+                       "\"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, \"gather_us\": {:.3f}, \"publish_us\": {:.3f}, "
+                       "\"stock_us\": {:.3f}, \"check\": \"{}\"}}{}\n",
+                       r.tp, r.b, r.n, r.shape, r.fused, r.floor, r.gemm, r.gather(), r.publish, r.stock, r.check,
+                       i + 1 < rows.size() ? "," : "");
+  }
+  out << " ]\n}\n";
+}
+
+}  // namespace
+
+bool wants_chain(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--chain") == 0) return true;
+  }
+  return false;
+}
+
+int chain_main(int argc, char** argv) {
+  try {
+    const ChainOptions o = parse(argc, argv);
+    const auto started = std::chrono::steady_clock::now();
+    const bool gpu_present = driver_available() && device_count() > 0;
+    const std::string arch = gpu_present ? device_info(0).architecture() : o.arch;
+    KernelCache& cache = KernelCache::global();
+    const std::vector<Form> forms = chain_forms(o);
+    std::printf("chain: compiling %zu forms for %s ...\n", forms.size(), arch.c_str());
+    std::fflush(stdout);
+    cache.get_all(forms, arch);
+    if (!gpu_present) {
+      std::printf("no GPU on this machine: compiled %zu forms for %s, nothing to measure\n", forms.size(),
+                  arch.c_str());
+      return 0;
+    }
+    const DeviceInfo info = device_info(0);
+    PrimaryContext context(0);
+    ContextScope scope(context.get());
+    harness::use_runtime_on(0);
+    Stream stream;
+    cublasHandle_t handle = nullptr;
+    harness::check_cublas(cublasCreate(&handle), "cublasCreate", "the chain");
+    const std::unique_ptr<cublasContext, cublasStatus_t (*)(cublasHandle_t)> owner(handle, cublasDestroy);
+    harness::check_cublas(cublasSetStream(handle, reinterpret_cast<cudaStream_t>(stream.get())), "cublasSetStream",
+                          "the chain");
+    const DeviceBuffer workspace(std::size_t{64} << 20);
+    harness::check_cublas(cublasSetWorkspace(handle, reinterpret_cast<void*>(workspace.get()), workspace.bytes()),
+                          "cublasSetWorkspace", "the chain");
+    Gpu gpu{cache, arch, info, context.get(), stream.get(), handle, {}, {}, {}, {}, {}, {}};
+    gpu.fill_loaded.emplace(*cache.get(fill_form(), arch).entry, context.get());
+    gpu.fill = gpu.fill_loaded->kernel(kFillEntry);
+    gpu.norm_loaded.emplace(*cache.get(stock_norm_form(kPooled, kEps, kGainCenter), arch).entry, context.get());
+    gpu.quantize_loaded.emplace(*cache.get(stock_quantize_form(kPooled), arch).entry, context.get());
+    gpu.norm.emplace(*gpu.norm_loaded, kPooled, kCapacity);
+    gpu.quantize.emplace(*gpu.quantize_loaded, kPooled, kCapacity);
+
+    const double ceiling = read_ceiling_gbps(gpu);
+    std::printf("device 0: %s, %d SMs; streaming-read ceiling %.1f GB/s\n", info.name.c_str(), info.multiprocessors,
+                ceiling);
+    std::printf("\nper-layer chain in loopback (rank 0 of tp; P %d, H %d, %d layers per graph, first and last BF16; PDL "
+                "on; us per layer, medians of %d replays)\n",
+                kPooled, kHidden, o.layers, o.replays);
+    std::printf("%3s %3s %5s %8s %8s %6s %8s %8s %8s %8s   %s\n", "tp", "b", "N", "fused", "floor", "x_flr", "gemm",
+                "gather", "publish", "stock", "check [GEMM shape]");
+    std::vector<ChainRow> rows;
+    for (int tp : o.tps) {
+      ChainRig rig(gpu, o, tp);
+      rig.set_ceiling(ceiling);
+      for (int b : o.batches) {
+        rows.push_back(rig.measure(b));
+        print_row(rows.back());
+      }
+    }
+    std::printf(
+        "\nfused: Pooler::run's kernels (the GEMM publishing from its epilogue, then the consumer) per layer; floor: "
+        "the\n  layer's weight bytes (N x H x 2) at the read ceiling; x_flr = fused / floor; gemm: the plain GEMM "
+        "alone,\n  chained; gather: [publish kernel + consumer] - [publish kernel]; publish: the publish kernel alone; "
+        "stock:\n  cuBLAS + tp local 2D copies + stock norm (+ quantize). Loopback: publishes store into local HBM, "
+        "no NVLink\n  latency and no NCCL in these figures. check: one BF16 and one NVFP4 layer against the stock "
+        "norm (+ quantize)\n  of the plain GEMM's output, bit for bit. Total %.1f s.\n",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    if (!o.json.empty()) {
+      write_json(o.json, o, info, ceiling, rows);
+      std::printf("wrote %s\n", o.json.c_str());
+    }
+    for (const ChainRow& r : rows) {
+      if (r.check != "ok") return 1;
+    }
+    return 0;
+  } catch (const InvalidArgument& e) {
+    std::fprintf(stderr, "pooler-kernel-bench --chain: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "pooler-kernel-bench --chain: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace pooler::bench
