@@ -140,7 +140,7 @@ std::string Pooler::Impl::configuration_text() const {
                                  o.capacity, o.enable_pdl, o.spin_timeout.count());
   for (int b : batches) text += fmt::format("{},", b);
   if (o.gemm_shape) text += " gemm=" + describe(*o.gemm_shape);
-  text += fmt::format(" fuse_publish={}", o.fuse_publish);
+  text += fmt::format(" fuse_publish={} one_round_trip_consumer={}", o.fuse_publish, o.one_round_trip_consumer);
   text += fmt::format(" layers={}:", o.layers.size());
   for (const PoolerLayer& layer : o.layers) {
     text += fmt::format("{}/{:08x}/{:08x};", layer.nvfp4() ? "nvfp4" : "bf16", bits(layer.eps), bits(layer.gain_center));
@@ -232,6 +232,7 @@ void Pooler::Impl::compile() {
   config.batches = o.batches;
   config.gemm_shape = o.gemm_shape;
   config.fuse_publish = o.fuse_publish;
+  config.one_round_trip_consumer = o.one_round_trip_consumer;
   for (const PoolerLayer& layer : o.layers) {
     (layer.nvfp4() ? config.nvfp4_norms : config.edge_norms).push_back(NormConstants{layer.eps, layer.gain_center});
   }

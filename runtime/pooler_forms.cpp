@@ -42,12 +42,16 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
   out.nvfp4_norms = distinct(config.nvfp4_norms);
   out.edge_norms = distinct(config.edge_norms);
   out.first_nvfp4 = out.forms.size();
+  const ConsumerVariant variant =
+      config.one_round_trip_consumer ? ConsumerVariant::one_round_trip : ConsumerVariant::baseline;
   for (const NormConstants& norm : out.nvfp4_norms) {
-    out.forms.push_back(nvfp4_consumer_form(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center));
+    out.forms.push_back(
+        nvfp4_consumer_form(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, variant));
   }
   out.first_edge = out.forms.size();
   for (const NormConstants& norm : out.edge_norms) {
-    out.forms.push_back(bf16_consumer_form(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center));
+    out.forms.push_back(
+        bf16_consumer_form(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, variant));
   }
   out.first_stock_norm = out.stock_quantize = out.forms.size();
   if (config.stock) {

@@ -36,6 +36,7 @@ struct PoolerConfig {
   std::optional<PoolerGemmShape> gemm_shape;
   bool stock = false;  // also the stock norm (per norm) and quantize forms, for tests and benchmarks
   bool fuse_publish = true;  // also a publishing GEMM per batch (run() without a publish kernel), as Pooler does
+  bool one_round_trip_consumer = false;  // the consumers' ConsumerVariant::one_round_trip forms
 };
 
 // The forms, in this order: a GEMM per batch (ascending, duplicates dropped),

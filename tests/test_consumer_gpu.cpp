@@ -12,6 +12,8 @@
 //   (f) a peer that never publishes: the consumer returns after its deadline with the
 //       timeout record filled, and the mailbox works again after a reset
 //   (g) everything with PDL on and off (the suite's parameter); also a CUDA-graph replay
+//   (h) everything with both consumer variants (ConsumerVariant): the one-round-trip
+//       consumer leaves the mailbox all sentinel after a call (it clears what it read)
 //
 // Every wait on the GPU has a hard wall-clock limit: a hang ends the program with a
 // message instead of stalling the test run.
@@ -120,24 +122,36 @@ Bf16s random_weight(std::mt19937_64& random) {
 
 // ---- compiled forms, shared by the whole suite, and the fixture --------------------------
 
+constexpr std::array<ConsumerVariant, 2> kVariants = {ConsumerVariant::baseline, ConsumerVariant::one_round_trip};
+
+// nvfp4[v], bf16[v]: the consumers of variant kVariants[v].
 struct TpForms {
-  std::optional<LoadedForm> publish, nvfp4, bf16;
+  std::optional<LoadedForm> publish, nvfp4[2], bf16[2];
 };
 
 struct Suite : testing::LoopbackSuite {
   explicit Suite(int ordinal) : LoopbackSuite(ordinal) {
-    const std::vector<Lookup> compiled =
-        compile(mailbox_kernel_forms(kPooled, std::vector<int>(kTps.begin(), kTps.end()), kCapacity, kEps,
-                                     kGainCenter));
+    std::vector<Form> forms = mailbox_kernel_forms(kPooled, std::vector<int>(kTps.begin(), kTps.end()), kCapacity,
+                                                   kEps, kGainCenter);
+    for (int tp : kTps) {
+      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip));
+      forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip));
+    }
+    const std::vector<Lookup> compiled = compile(forms);
     std::size_t i = 0;
     for (int tp : kTps) {
       TpForms& f = by_tp[tp];
       f.publish.emplace(*compiled[i++].entry, context.get());
-      f.nvfp4.emplace(*compiled[i++].entry, context.get());
-      f.bf16.emplace(*compiled[i++].entry, context.get());
+      f.nvfp4[0].emplace(*compiled[i++].entry, context.get());
+      f.bf16[0].emplace(*compiled[i++].entry, context.get());
     }
     stock_norm.emplace(*compiled[i++].entry, context.get());
     stock_quantize.emplace(*compiled[i++].entry, context.get());
+    for (int tp : kTps) {
+      TpForms& f = by_tp[tp];
+      f.nvfp4[1].emplace(*compiled[i++].entry, context.get());
+      f.bf16[1].emplace(*compiled[i++].entry, context.get());
+    }
   }
 
   std::map<int, TpForms> by_tp;
@@ -146,6 +160,24 @@ struct Suite : testing::LoopbackSuite {
 
 // The fixture; declared here, for the rig takes its forms from the suite.
 class ConsumerGpu : public testing::LoopbackTest<Suite> {};
+
+// One rig's tp and consumer variant; every test runs each of its tps with both variants.
+struct RigSetup {
+  int tp = 0;
+  ConsumerVariant variant = ConsumerVariant::baseline;
+  std::string label() const { return std::string(", consumer ") + to_string(variant); }
+};
+
+// The index of a variant in kVariants (and in TpForms' consumer arrays).
+std::size_t variant_index(ConsumerVariant v) { return v == ConsumerVariant::baseline ? 0 : 1; }
+
+std::vector<RigSetup> all_setups(std::vector<int> tps = std::vector<int>(kTps.begin(), kTps.end())) {
+  std::vector<RigSetup> out;
+  for (ConsumerVariant v : kVariants) {
+    for (int tp : tps) out.push_back(RigSetup{tp, v});
+  }
+  return out;
+}
 
 // ---- one rank's loopback mailbox with its kernels and buffers ---------------------------
 
@@ -170,13 +202,15 @@ struct CallOutputs {
 
 class Rig {
  public:
-  Rig(int tp, bool pdl, std::mt19937_64& random, unsigned long long timeout_ns = kTestTimeoutNs)
-      : tp_(tp),
+  Rig(const RigSetup& setup, bool pdl, std::mt19937_64& random, unsigned long long timeout_ns = kTestTimeoutNs)
+      : tp_(setup.tp),
+        variant_(setup.variant),
         pdl_(pdl),
-        loopback_(*ConsumerGpu::suite().by_tp.at(tp).publish, *ConsumerGpu::suite().by_tp.at(tp).nvfp4,
-                  *ConsumerGpu::suite().by_tp.at(tp).bf16, MailboxLayout::make(kPooled, tp, kCapacity), stream_.get(),
-                  timeout_ns, kConsumerRank),
-        shards_(sz(tp) * sz(kCapacity) * sz(loopback_.layout().width()) * 2),
+        loopback_(*ConsumerGpu::suite().by_tp.at(tp_).publish,
+                  *ConsumerGpu::suite().by_tp.at(tp_).nvfp4[variant_index(setup.variant)],
+                  *ConsumerGpu::suite().by_tp.at(tp_).bf16[variant_index(setup.variant)],
+                  MailboxLayout::make(kPooled, tp_, kCapacity), stream_.get(), timeout_ns, kConsumerRank),
+        shards_(sz(tp_) * sz(kCapacity) * sz(loopback_.layout().width()) * 2),
         gathered_(sz(kCapacity) * sz(kPooled) * 2),
         weight_(sz(kPooled) * 2),
         global_scale_(sizeof(float)),
@@ -188,6 +222,8 @@ class Rig {
         stock_scales_(scales_.bytes()),
         stock_normed_(normed_.bytes()) {
     Suite& s = ConsumerGpu::suite();
+    EXPECT_EQ(loopback_.nvfp4().variant(), variant_);
+    EXPECT_EQ(loopback_.bf16().variant(), variant_);
     stock_norm_.emplace(*s.stock_norm, kPooled, kCapacity);
     stock_quantize_.emplace(*s.stock_quantize, kPooled, kCapacity);
     set_weight(random_weight(random));
@@ -196,6 +232,7 @@ class Rig {
   }
 
   int tp() const { return tp_; }
+  ConsumerVariant variant() const { return variant_; }
   int width() const { return layout().width(); }
   bool pdl() const { return pdl_; }
   int calls() const { return calls_; }
@@ -348,6 +385,7 @@ class Rig {
 
  private:
   int tp_;
+  ConsumerVariant variant_;
   bool pdl_;
   static constexpr int kConsumerRank = 0;
   Stream stream_;
@@ -533,8 +571,9 @@ void expect_mailbox_holds_only(Rig& rig, const CallInputs& in, int stage, const 
       for (int row = 0; row < layout.capacity; ++row) {
         const std::size_t base = layout.row_offset(s, slot, row);
         for (std::size_t c = 0; c < w; ++c) {
-          const std::uint16_t expected =
-              (s == stage && row < in.b) ? positive_zero(in.shards[sz(slot)][sz(row) * w + c]) : kMailboxSentinel;
+          // The one-round-trip consumer clears what it read at once.
+          const bool kept = s == stage && row < in.b && rig.variant() == ConsumerVariant::baseline;
+          const std::uint16_t expected = kept ? positive_zero(in.shards[sz(slot)][sz(row) * w + c]) : kMailboxSentinel;
           if (contents[base + c] != expected) {
             m.note("stage " + std::to_string(s) + " slot " + std::to_string(slot) + " row " + std::to_string(row) +
                    " column " + std::to_string(c) + ": " + hex(contents[base + c], 4) + ", expected " +
@@ -551,7 +590,9 @@ void expect_mailbox_holds_only(Rig& rig, const CallInputs& in, int stage, const 
 void expect_state(Rig& rig, int stage_used, int b, int calls, const std::string& context) {
   const MailboxStateBlock state = rig.state().read(rig.stream());
   EXPECT_EQ(state.stage, static_cast<unsigned>((stage_used + 1) % kMailboxStages)) << context;
-  EXPECT_EQ(state.rows[stage_used], static_cast<unsigned>(b)) << context;
+  // Rows left for the next call to clear: none after a one-round-trip call.
+  EXPECT_EQ(state.rows[stage_used], rig.variant() == ConsumerVariant::baseline ? static_cast<unsigned>(b) : 0u)
+      << context;
   EXPECT_EQ(state.arrived, 0u) << context;
   EXPECT_EQ(state.failed, 0u) << context;
   EXPECT_EQ(state.calls, static_cast<unsigned>(calls)) << context;
@@ -569,11 +610,12 @@ std::vector<int> batches_1_to_16_and_32() {
 
 // (a) + (b)
 TEST_P(ConsumerGpu, Nvfp4ConsumerMatchesStockAndReference) {
-  for (int tp : kTps) {
-    Rig rig(tp, pdl(), random_);
+  for (const RigSetup& setup : all_setups()) {
+    const int tp = setup.tp;
+    Rig rig(setup, pdl(), random_);
     ReferenceCounts counts;
     for (int b : batches_1_to_16_and_32()) {
-      const std::string where = context(tp) + ", b " + std::to_string(b);
+      const std::string where = (context(tp) + setup.label()) + ", b " + std::to_string(b);
       const CallInputs in = rig.random_inputs(random_, b);
       const CallOutputs out = rig.call(in, Kind::nvfp4, random_);
       ASSERT_FALSE(rig.state().timed_out()) << where << ": " << rig.state().describe_timeout();
@@ -581,22 +623,23 @@ TEST_P(ConsumerGpu, Nvfp4ConsumerMatchesStockAndReference) {
       expect_close_to_reference(out, in, rig, counts, where);
       if (HasFailure()) return;
     }
-    std::cout << "[ reference ] " << context(tp) << ": y " << counts.y_differing << " / " << counts.y_elements
+    std::cout << "[ reference ] " << (context(tp) + setup.label()) << ": y " << counts.y_differing << " / " << counts.y_elements
               << " differ by one BF16 ulp; scales " << counts.scales_differing << " / " << counts.scales
               << " and codes " << counts.codes_differing << " / " << counts.codes << " differ by one step\n";
     // The approximate rsqrt / rcp explain rare one-step differences, not many.
-    EXPECT_LE(counts.y_differing * 200, counts.y_elements) << context(tp);
-    EXPECT_LE(counts.scales_differing * 200, counts.scales) << context(tp);
-    EXPECT_LE(counts.codes_differing * 200, counts.codes) << context(tp);
+    EXPECT_LE(counts.y_differing * 200, counts.y_elements) << (context(tp) + setup.label());
+    EXPECT_LE(counts.scales_differing * 200, counts.scales) << (context(tp) + setup.label());
+    EXPECT_LE(counts.codes_differing * 200, counts.codes) << (context(tp) + setup.label());
   }
 }
 
 // (c)
 TEST_P(ConsumerGpu, Bf16ConsumerMatchesGatherAndStockNorm) {
-  for (int tp : kTps) {
-    Rig rig(tp, pdl(), random_);
+  for (const RigSetup& setup : all_setups()) {
+    const int tp = setup.tp;
+    Rig rig(setup, pdl(), random_);
     for (int b : batches_1_to_16_and_32()) {
-      const std::string where = context(tp) + ", b " + std::to_string(b);
+      const std::string where = (context(tp) + setup.label()) + ", b " + std::to_string(b);
       const CallInputs in = rig.random_inputs(random_, b);
       const CallOutputs out = rig.call(in, Kind::bf16, random_);
       ASSERT_FALSE(rig.state().timed_out()) << where << ": " << rig.state().describe_timeout();
@@ -709,8 +752,9 @@ std::vector<SpecialRow> special_rows(std::mt19937_64& random) {
 }
 
 TEST_P(ConsumerGpu, SpecialValues) {
-  for (int tp : kTps) {
-    Rig rig(tp, pdl(), random_);
+  for (const RigSetup& setup : all_setups()) {
+    const int tp = setup.tp;
+    Rig rig(setup, pdl(), random_);
     const std::vector<SpecialRow> specials = special_rows(random_);
     std::vector<Bf16s> rows;
     for (const SpecialRow& s : specials) rows.push_back(s.values);
@@ -721,7 +765,7 @@ TEST_P(ConsumerGpu, SpecialValues) {
     for (float gs : {realistic, 1e6f, 1e-7f}) {
       rig.set_global_scale(gs);
       for (Kind kind : {Kind::nvfp4, Kind::bf16}) {
-        const std::string where = context(tp) + ", " + to_string(kind) + ", global scale " + shortest(gs) +
+        const std::string where = (context(tp) + setup.label()) + ", " + to_string(kind) + ", global scale " + shortest(gs) +
                                   "; rows:" + names.str();
         const CallInputs in = rig.inputs_from_rows(random_, rows);
         const CallOutputs out = rig.call(in, kind, random_);
@@ -777,8 +821,9 @@ TEST_P(ConsumerGpu, SpecialValues) {
 // serves every layer), so the calls interleave NVFP4 and BF16 layers.
 TEST_P(ConsumerGpu, ChangingBatchOverManyCalls) {
   constexpr int kCalls = 200;
-  for (int tp : kTps) {
-    Rig rig(tp, pdl(), random_);
+  for (const RigSetup& setup : all_setups()) {
+    const int tp = setup.tp;
+    Rig rig(setup, pdl(), random_);
     std::uniform_int_distribution<int> any_b(1, kCapacity);
     int previous_b = 1;
     for (int n = 0; n < kCalls; ++n) {
@@ -788,7 +833,7 @@ TEST_P(ConsumerGpu, ChangingBatchOverManyCalls) {
       const int b = choice == 0 ? 1 : choice == 1 ? kCapacity : choice == 2 ? previous_b : any_b(random_);
       previous_b = b;
       const Kind kind = std::bernoulli_distribution(0.5)(random_) ? Kind::nvfp4 : Kind::bf16;
-      const std::string where = context(tp) + ", call " + std::to_string(n) + ", b " + std::to_string(b) + ", " +
+      const std::string where = (context(tp) + setup.label()) + ", call " + std::to_string(n) + ", b " + std::to_string(b) + ", " +
                                 to_string(kind);
       const CallInputs in = rig.random_inputs(random_, b);
       const CallOutputs out = rig.call(in, kind, random_, n);
@@ -804,11 +849,12 @@ TEST_P(ConsumerGpu, ChangingBatchOverManyCalls) {
 // (f): rank tp - 1 never publishes. The consumer must give up after its 20 ms deadline,
 // leave the record, and end; after a reset the same mailbox works again.
 TEST_P(ConsumerGpu, MissingPeerTimesOutWithARecord) {
-  for (int tp : kTps) {
+  for (const RigSetup& setup : all_setups()) {
+    const int tp = setup.tp;
     for (Kind kind : {Kind::nvfp4, Kind::bf16}) {
       for (int b : {1, kCapacity}) {
-        const std::string where = context(tp) + ", " + to_string(kind) + ", b " + std::to_string(b);
-        Rig rig(tp, pdl(), random_);
+        const std::string where = (context(tp) + setup.label()) + ", " + to_string(kind) + ", b " + std::to_string(b);
+        Rig rig(setup, pdl(), random_);
         // One good call first, so that the failing call is not at stage 0.
         {
           const CallInputs in = rig.random_inputs(random_, 3);
@@ -864,10 +910,11 @@ TEST_P(ConsumerGpu, MissingPeerTimesOutWithARecord) {
 // The stage advances on the device: one captured call, replayed, walks through the
 // stages with nothing changed on the host.
 TEST_P(ConsumerGpu, GraphReplayAdvancesTheStageOnTheDevice) {
-  for (int tp : {2, 8}) {
+  for (const RigSetup& setup : all_setups({2, 8})) {
+    const int tp = setup.tp;
     for (Kind kind : {Kind::nvfp4, Kind::bf16}) {
-      const std::string where = context(tp) + ", " + to_string(kind) + ", graph";
-      Rig rig(tp, pdl(), random_);
+      const std::string where = (context(tp) + setup.label()) + ", " + to_string(kind) + ", graph";
+      Rig rig(setup, pdl(), random_);
       constexpr int kB = 5;
       const CallInputs in = rig.random_inputs(random_, kB);
       // The expected outputs: one ordinary call (stage 0).
@@ -913,17 +960,17 @@ TEST_P(ConsumerGpu, LaunchersRejectBadArguments) {
   // The tp 4 forms with a tp 2 layout.
   expect_refused([&] { PublishLauncher(*s.by_tp.at(4).publish, tp2, 0, peers, state.state()); },
                  "pooler_publish_p4096_tp2");
-  expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4, tp2, 0, binding); }, "expected a form named");
-  expect_refused([&] { Bf16ConsumerLauncher(*s.by_tp.at(4).nvfp4, tp4, 0, binding); }, "expected a form named");
+  expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4[0], tp2, 0, binding); }, "expected a form named");
+  expect_refused([&] { Bf16ConsumerLauncher(*s.by_tp.at(4).nvfp4[0], tp4, 0, binding); }, "expected a form named");
   expect_refused([&] { StockNormLauncher(*s.stock_quantize, kPooled, kCapacity); }, "pooler_stock_norm_p4096");
   expect_refused([&] { PublishLauncher(*s.by_tp.at(4).publish, tp4, 4, peers, state.state()); }, "rank = 4");
-  expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4, tp4, -1, binding); }, "rank = -1");
-  expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4, tp4, 0, MailboxBinding{}); }, "non-null");
+  expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4[0], tp4, -1, binding); }, "rank = -1");
+  expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4[0], tp4, 0, MailboxBinding{}); }, "non-null");
   const MailboxPeers two = make_peers(std::vector<CUdeviceptr>(2, mailbox.get()));
   expect_refused([&] { PublishLauncher(*s.by_tp.at(4).publish, tp4, 0, two, state.state()); },
                  "rank 2's mailbox base is null");
   const PublishLauncher publish(*s.by_tp.at(4).publish, tp4, 0, peers, state.state());
-  const Nvfp4ConsumerLauncher consumer(*s.by_tp.at(4).nvfp4, tp4, 0, binding, kTestTimeoutNs);
+  const Nvfp4ConsumerLauncher consumer(*s.by_tp.at(4).nvfp4[0], tp4, 0, binding, kTestTimeoutNs);
   expect_refused([&] { publish.launch(stream.get(), mailbox.get(), 0, pdl()); }, "b = 0");
   expect_refused([&] { publish.launch(stream.get(), mailbox.get(), kCapacity + 1, pdl()); }, "b = 33");
   expect_refused([&] { consumer.launch(stream.get(), 0, 0, 0, 0, 0, 0, pdl()); }, "b = 0");

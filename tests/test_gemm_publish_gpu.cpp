@@ -17,7 +17,8 @@
 // weight rows of +-2^-74: every product is +-2^-149, the sum +-2^-136, which BF16 rounds
 // to a signed zero), besides weight rows of -0.0 and +0.0. tp 1, 2, 4, 8; b 1, 2, 8, 16,
 // 32; 20 consecutive calls with changing b; PDL on and off; a CUDA-graph replay; the
-// launchers' refusals.
+// launchers' refusals. Each with both consumer variants (ConsumerVariant; the one-round-trip
+// consumer leaves the mailbox all sentinel after a call, with nothing recorded to clear).
 //
 // Every wait on the GPU has a hard wall-clock limit: a hang ends the program with a
 // message instead of stalling the test run. Outputs are poisoned with different bytes
@@ -62,6 +63,7 @@ constexpr float kGainCenter = 1.0f;
 constexpr std::array<int, 4> kTps = {1, 2, 4, 8};
 constexpr std::array<int, 5> kBatches = {1, 2, 8, 16, 32};
 constexpr int kConsumerRank = 0;
+constexpr std::array<ConsumerVariant, 2> kVariants = {ConsumerVariant::baseline, ConsumerVariant::one_round_trip};
 // A consumer whose slots never fill gives up after this long and leaves a record: a
 // fused publish that misses a row shows up as a timeout, not a hang.
 constexpr unsigned long long kTimeoutNs = 200'000'000ull;
@@ -164,7 +166,7 @@ Bits make_x(std::mt19937_64& random, int b, Inputs inputs) {
 struct TpSetup {
   int tp = 0, n = 0;
   std::map<int, std::unique_ptr<PoolerGemm>> fused, plain;  // by b
-  std::optional<LoadedForm> publish, nvfp4;
+  std::optional<LoadedForm> publish, nvfp4[2];  // nvfp4[v]: the consumer of kVariants[v]
   std::vector<DeviceBuffer> w;  // per rank, [n, K]
 };
 
@@ -192,6 +194,7 @@ struct Suite : testing::LoopbackSuite {
     for (int tp : kTps) {
       forms.push_back(publish_form(kPooled, tp, kCapacity));
       forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
+      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip));
     }
     const std::vector<Lookup> compiled = compile(forms);
     for (std::size_t i = 0; i < first_other; ++i) {
@@ -209,7 +212,8 @@ struct Suite : testing::LoopbackSuite {
     for (int tp : kTps) {
       TpSetup& setup = by_tp[tp];
       setup.publish.emplace(*compiled[i++].entry, context.get());
-      setup.nvfp4.emplace(*compiled[i++].entry, context.get());
+      setup.nvfp4[0].emplace(*compiled[i++].entry, context.get());
+      setup.nvfp4[1].emplace(*compiled[i++].entry, context.get());
       for (int r = 0; r < tp; ++r) {
         const Bits w = make_weights(random, setup.n);
         setup.w.emplace_back(w.size() * 2);
@@ -241,8 +245,9 @@ struct CallResult {
 
 class Rig {
  public:
-  Rig(const TpSetup& forms, bool pdl, std::mt19937_64& random)
+  Rig(const TpSetup& forms, bool pdl, std::mt19937_64& random, ConsumerVariant variant = ConsumerVariant::baseline)
       : setup_(forms),
+        variant_(variant),
         pdl_(pdl),
         layout_(MailboxLayout::make(kPooled, forms.tp, kCapacity)),
         x_(sz(kCapacity) * sz(kHidden) * 2),
@@ -251,7 +256,8 @@ class Rig {
         fused_(std::make_unique<Path>(layout_, forms, stream_.get())),
         plain_(std::make_unique<Path>(layout_, forms, stream_.get())) {
     for (Path* path : {fused_.get(), plain_.get()}) {
-      path->consumer.emplace(*forms.nvfp4, layout_, kConsumerRank, path->state.binding(path->mailbox.get()),
+      path->consumer.emplace(*forms.nvfp4[variant == ConsumerVariant::baseline ? 0 : 1], layout_, kConsumerRank,
+                             path->state.binding(path->mailbox.get()),
                              kTimeoutNs);
     }
     for (int r = 0; r < forms.tp; ++r) {
@@ -269,6 +275,7 @@ class Rig {
 
   CUstream stream() const { return stream_.get(); }
   int tp() const { return setup_.tp; }
+  ConsumerVariant variant() const { return variant_; }
   int n() const { return setup_.n; }
   const MailboxLayout& layout() const { return layout_; }
 
@@ -359,6 +366,7 @@ class Rig {
   };
 
   const TpSetup& setup_;
+  ConsumerVariant variant_;
   bool pdl_;
   MailboxLayout layout_;
   Stream stream_;
@@ -448,7 +456,8 @@ long long expect_call_agrees(const Rig& rig, const CallResult& call, const std::
             equal.note(place() + ": fused " + hex(fused.mailbox[at], 4) + ", existing path " +
                        hex(plain.mailbox[at], 4));
           }
-          const bool published = s == call.stage && row < b;
+          // The one-round-trip consumer clears what it read at once.
+          const bool published = s == call.stage && row < b && rig.variant() == ConsumerVariant::baseline;
           const std::uint16_t source = published ? plain.c[sz(slot)][sz(row) * sz(n) + sz(column)] : 0;
           const std::uint16_t want = published ? positive_zero(source) : kMailboxSentinel;
           if (fused.mailbox[at] != want) {
@@ -467,7 +476,8 @@ long long expect_call_agrees(const Rig& rig, const CallResult& call, const std::
   for (const auto& [name, state] : {std::pair<const char*, const MailboxStateBlock*>{"fused", &fused.state},
                                     std::pair<const char*, const MailboxStateBlock*>{"existing", &plain.state}}) {
     EXPECT_EQ(state->stage, static_cast<unsigned>((call.stage + 1) % kMailboxStages)) << where << ", " << name;
-    EXPECT_EQ(state->rows[call.stage], static_cast<unsigned>(b)) << where << ", " << name;
+    EXPECT_EQ(state->rows[call.stage], rig.variant() == ConsumerVariant::baseline ? static_cast<unsigned>(b) : 0u)
+        << where << ", " << name;
     EXPECT_EQ(state->arrived, 0u) << where << ", " << name;
     EXPECT_EQ(state->failed, 0u) << where << ", " << name;
     EXPECT_EQ(state->calls, static_cast<unsigned>(call.calls)) << where << ", " << name;
@@ -481,19 +491,22 @@ class GemmPublishGpu : public testing::LoopbackTest<Suite> {};
 
 TEST_P(GemmPublishGpu, FusedPublishMatchesTheExistingPath) {
   long long negative_zeros = 0;
-  for (int tp : kTps) {
-    Rig rig(suite().by_tp.at(tp), pdl(), random_);
-    for (int b : kBatches) {
-      for (Inputs inputs : {Inputs::random, Inputs::negative_zeros}) {
-        const std::string where = context(tp) + ", b " + std::to_string(b) + ", " + to_string(inputs);
-        rig.set_x(make_x(random_, b, inputs));
-        const CallResult call = rig.call(b, b);
-        const long long zeros = expect_call_agrees(rig, call, where);
-        negative_zeros += zeros;
-        if (inputs == Inputs::negative_zeros) {
-          std::printf("[ -0.0 ] %s: %lld outputs -0.0 (published as +0.0)\n", where.c_str(), zeros);
+  for (ConsumerVariant variant : kVariants) {
+    for (int tp : kTps) {
+      Rig rig(suite().by_tp.at(tp), pdl(), random_, variant);
+      for (int b : kBatches) {
+        for (Inputs inputs : {Inputs::random, Inputs::negative_zeros}) {
+          const std::string where = context(tp) + ", consumer " + to_string(variant) + ", b " + std::to_string(b) +
+                                    ", " + to_string(inputs);
+          rig.set_x(make_x(random_, b, inputs));
+          const CallResult call = rig.call(b, b);
+          const long long zeros = expect_call_agrees(rig, call, where);
+          negative_zeros += zeros;
+          if (inputs == Inputs::negative_zeros) {
+            std::printf("[ -0.0 ] %s: %lld outputs -0.0 (published as +0.0)\n", where.c_str(), zeros);
+          }
+          if (HasFailure()) return;
         }
-        if (HasFailure()) return;
       }
     }
   }
@@ -507,22 +520,24 @@ TEST_P(GemmPublishGpu, FusedPublishMatchesTheExistingPath) {
 
 TEST_P(GemmPublishGpu, TwentyCallsWithChangingBatch) {
   constexpr int kCalls = 20;
-  for (int tp : kTps) {
-    Rig rig(suite().by_tp.at(tp), pdl(), random_);
-    int previous = 0;
-    for (int call_index = 0; call_index < kCalls; ++call_index) {
-      // Every call a different b than the one before: the clearing must follow the rows
-      // each stage was written with, not the current b.
-      int b = previous;
-      while (b == previous) b = kBatches[std::uniform_int_distribution<std::size_t>(0, kBatches.size() - 1)(random_)];
-      previous = b;
-      const Inputs inputs = call_index % 3 == 1 ? Inputs::negative_zeros : Inputs::random;
-      const std::string where = context(tp) + ", call " + std::to_string(call_index) + ", b " + std::to_string(b) +
-                                ", " + to_string(inputs);
-      rig.set_x(make_x(random_, b, inputs));
-      const CallResult call = rig.call(b, call_index);
-      expect_call_agrees(rig, call, where);
-      if (HasFailure()) return;
+  for (ConsumerVariant variant : kVariants) {
+    for (int tp : kTps) {
+      Rig rig(suite().by_tp.at(tp), pdl(), random_, variant);
+      int previous = 0;
+      for (int call_index = 0; call_index < kCalls; ++call_index) {
+        // Every call a different b than the one before: the clearing must follow the rows
+        // each stage was written with, not the current b.
+        int b = previous;
+        while (b == previous) b = kBatches[std::uniform_int_distribution<std::size_t>(0, kBatches.size() - 1)(random_)];
+        previous = b;
+        const Inputs inputs = call_index % 3 == 1 ? Inputs::negative_zeros : Inputs::random;
+        const std::string where = context(tp) + ", consumer " + to_string(variant) + ", call " +
+                                  std::to_string(call_index) + ", b " + std::to_string(b) + ", " + to_string(inputs);
+        rig.set_x(make_x(random_, b, inputs));
+        const CallResult call = rig.call(b, call_index);
+        expect_call_agrees(rig, call, where);
+        if (HasFailure()) return;
+      }
     }
   }
 }
@@ -531,29 +546,31 @@ TEST_P(GemmPublishGpu, TwentyCallsWithChangingBatch) {
 // replayed, walks through the stages with nothing changed on the host, while the existing
 // path runs eagerly beside it.
 TEST_P(GemmPublishGpu, GraphReplay) {
-  for (int tp : {2, 8}) {
-    constexpr int kB = 8;
-    const std::string where = context(tp) + ", b " + std::to_string(kB) + ", graph";
-    Rig rig(suite().by_tp.at(tp), pdl(), random_);
-    rig.set_x(make_x(random_, kB, Inputs::negative_zeros));
-    expect_call_agrees(rig, rig.call(kB, 0), where + ", eager call");
-    CUgraph graph = nullptr;
-    CUgraphExec exec = nullptr;
-    POOLER_CU(cuStreamBeginCapture(rig.stream(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capture");
-    rig.enqueue_fused(kB, 0);
-    POOLER_CU(cuStreamEndCapture(rig.stream(), &graph), "capture");
-    POOLER_CU(cuGraphInstantiateWithFlags(&exec, graph, 0), "instantiate");
-    for (int replay = 0; replay < 5; ++replay) {
-      rig.poison_fused();
-      rig.poison_plain();
-      POOLER_CU(cuGraphLaunch(exec, rig.stream()), "replay");
-      rig.enqueue_plain(kB, 0);
-      expect_call_agrees(rig, rig.finish(kB), where + ", replay " + std::to_string(replay));
-      if (HasFailure()) break;
+  for (ConsumerVariant variant : kVariants) {
+    for (int tp : {2, 8}) {
+      constexpr int kB = 8;
+      const std::string where = context(tp) + ", consumer " + to_string(variant) + ", b " + std::to_string(kB) + ", graph";
+      Rig rig(suite().by_tp.at(tp), pdl(), random_, variant);
+      rig.set_x(make_x(random_, kB, Inputs::negative_zeros));
+      expect_call_agrees(rig, rig.call(kB, 0), where + ", eager call");
+      CUgraph graph = nullptr;
+      CUgraphExec exec = nullptr;
+      POOLER_CU(cuStreamBeginCapture(rig.stream(), CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capture");
+      rig.enqueue_fused(kB, 0);
+      POOLER_CU(cuStreamEndCapture(rig.stream(), &graph), "capture");
+      POOLER_CU(cuGraphInstantiateWithFlags(&exec, graph, 0), "instantiate");
+      for (int replay = 0; replay < 5; ++replay) {
+        rig.poison_fused();
+        rig.poison_plain();
+        POOLER_CU(cuGraphLaunch(exec, rig.stream()), "replay");
+        rig.enqueue_plain(kB, 0);
+        expect_call_agrees(rig, rig.finish(kB), where + ", replay " + std::to_string(replay));
+        if (HasFailure()) break;
+      }
+      POOLER_CU(cuGraphExecDestroy(exec), "graph");
+      POOLER_CU(cuGraphDestroy(graph), "graph");
+      if (HasFailure()) return;
     }
-    POOLER_CU(cuGraphExecDestroy(exec), "graph");
-    POOLER_CU(cuGraphDestroy(graph), "graph");
-    if (HasFailure()) return;
   }
 }
 

@@ -8,6 +8,8 @@
 // (62: the first and last BF16 edge layers, NVFP4 between) with their own weights run
 // as one CUDA graph with PDL, as in pooler-bench; the time per layer is the graph's
 // median over the replays divided by the layers. Beside it, in the same run:
+//   consumers    each path with the baseline consumer and the one-round-trip one
+//                (gather_kernels.hpp, ConsumerVariant), side by side
 //   floor        weight bytes per layer / the streaming-read ceiling measured here
 //   GEMM alone   the plain GEMM of every layer, chained the same way
 //   gather       [publish kernel + consumer] - [publish kernel], per layer
@@ -64,6 +66,7 @@ constexpr float kGainCenter = 1.0f;
 constexpr float kGlobalScale = 448.0f * 6.0f / 5.0f;
 // No healthy poll waits in loopback; a protocol slip ends a call with a record.
 constexpr unsigned long long kTimeoutNs = 1'000'000'000ull;
+constexpr ConsumerVariant kVariants[2] = {ConsumerVariant::baseline, ConsumerVariant::one_round_trip};
 
 const char* kChainUsage = R"(usage: pooler-kernel-bench --chain [options]
 
@@ -180,19 +183,21 @@ std::vector<Form> chain_forms(const ChainOptions& o) {
       forms.push_back(pooler_gemm_form(b, n, kHidden, shape, &publish));
     }
     forms.push_back(publish_form(kPooled, tp, kCapacity));
-    forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
-    forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
+    for (ConsumerVariant v : kVariants) {
+      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v));
+      forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v));
+    }
   }
   return forms;
 }
 
-// Microseconds per layer.
+// Microseconds per layer; [v]: with the consumer of kVariants[v].
 struct ChainRow {
   int tp = 0, b = 0, n = 0;
   std::string shape;
-  double floor = 0, fused = 0, gemm = 0, publish = 0, publish_gather = 0, stock = 0;
+  double floor = 0, fused[2] = {}, gemm = 0, publish = 0, publish_gather[2] = {}, stock = 0, stock_norm = 0;
   std::string check;
-  double gather() const { return publish_gather - publish; }
+  double gather(int v) const { return publish_gather[v] - publish; }
 };
 
 // Everything the chain needs on the GPU: compiled kernels, the cuBLAS handle, the
@@ -273,12 +278,14 @@ class ChainRig {
     publish_loaded_.emplace(*gpu.cache.get(publish_form(kPooled, tp, kCapacity), gpu.arch).entry, gpu.context);
     publisher_.emplace(*publish_loaded_, layout_, 0, peers_, state_.state());
     const MailboxBinding binding = state_.binding(mailbox_.get());
-    nvfp4_loaded_.emplace(*gpu.cache.get(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter), gpu.arch).entry,
-                          gpu.context);
-    bf16_loaded_.emplace(*gpu.cache.get(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter), gpu.arch).entry,
-                         gpu.context);
-    nvfp4_.emplace(*nvfp4_loaded_, layout_, 0, binding, kTimeoutNs);
-    bf16_.emplace(*bf16_loaded_, layout_, 0, binding, kTimeoutNs);
+    for (int v = 0; v < 2; ++v) {
+      const Form nvfp4 = nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v]);
+      const Form bf16 = bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v]);
+      nvfp4_loaded_[v].emplace(*gpu.cache.get(nvfp4, gpu.arch).entry, gpu.context);
+      bf16_loaded_[v].emplace(*gpu.cache.get(bf16, gpu.arch).entry, gpu.context);
+      nvfp4_[v].emplace(*nvfp4_loaded_[v], layout_, 0, binding, kTimeoutNs);
+      bf16_[v].emplace(*bf16_loaded_[v], layout_, 0, binding, kTimeoutNs);
+    }
     POOLER_CU(cuStreamSynchronize(gpu.stream), "setting up the chain");
   }
 
@@ -302,22 +309,27 @@ class ChainRig {
         for (int layer = 0; layer < layers; ++layer) body(layer);
       };
     };
-    row.fused = time_graph(s, o_.replays, layers, each_layer([&](int layer) {
-                             fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0,
-                                                  true);
-                             consume(layer, b);
-                           }));
+    // The variants alternate call by call on the one mailbox (the protocol allows it).
+    for (int v : {0, 1}) {
+      row.fused[v] = time_graph(s, o_.replays, layers, each_layer([&, v](int layer) {
+                                  fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0,
+                                                       true);
+                                  consume(layer, b, v);
+                                }));
+    }
     row.gemm = time_graph(s, o_.replays, layers,
                           each_layer([&](int layer) { plain.launch(s, x_.get(), weight(layer), c_.get(), true); }));
-    row.publish_gather = time_graph(s, o_.replays, layers, each_layer([&](int layer) {
-                                      publisher_->launch(s, c_.get(), b, true);
-                                      consume(layer, b);
-                                    }));
+    for (int v : {0, 1}) {
+      row.publish_gather[v] = time_graph(s, o_.replays, layers, each_layer([&, v](int layer) {
+                                           publisher_->launch(s, c_.get(), b, true);
+                                           consume(layer, b, v);
+                                         }));
+    }
     row.publish = time_graph(s, o_.replays, layers,
                              each_layer([&](int) { publisher_->launch(s, c_.get(), b, true); }));
     // The publishes alone left this stage's rows unconsumed: one whole call takes them.
     publisher_->launch(s, c_.get(), b, true);
-    consume(1, b);
+    consume(1, b, 0);
     if (o_.stock) {
       auto stock_layer = [&](int layer) {
         stock_gemm(layer, b);
@@ -325,6 +337,10 @@ class ChainRig {
       };
       stock_layer(1);  // cuBLAS picks and loads its kernels outside the capture
       row.stock = time_graph(s, o_.replays, layers, each_layer(stock_layer));
+      row.stock_norm = time_graph(s, o_.replays, layers, each_layer([&](int) {
+                                    gpu_.norm->launch(s, gathered_.get(), norm_weight_.get(), stock_normed_.get(), b,
+                                                      true);
+                                  }));
     }
     row.floor = static_cast<double>(n_) * kHidden * 2 / (ceiling_gbps_ * 1e3);
     const MailboxStateBlock block = state_.read(s);
@@ -341,12 +357,12 @@ class ChainRig {
   CUdeviceptr weight(int layer) const { return weights_.get() + sz(layer) * sz(n_) * kHidden * 2; }
   bool edge(int layer) const { return layer == 0 || layer == o_.layers - 1; }
 
-  void consume(int layer, int b) const {
+  void consume(int layer, int b, int v) const {
     if (edge(layer)) {
-      bf16_->launch(gpu_.stream, norm_weight_.get(), rows_.get(), normed_.get(), b, layer, true);
+      bf16_[v]->launch(gpu_.stream, norm_weight_.get(), rows_.get(), normed_.get(), b, layer, true);
     } else {
-      nvfp4_->launch(gpu_.stream, norm_weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer,
-                     true);
+      nvfp4_[v]->launch(gpu_.stream, norm_weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer,
+                        true);
     }
   }
 
@@ -378,12 +394,13 @@ class ChainRig {
     }
   }
 
-  // One BF16 layer (0) and one NVFP4 layer (1) of the fused path against the stock norm
-  // (+ quantize) of the plain GEMM's output: "ok" or what differs.
+  // One BF16 layer (0) and one NVFP4 layer (1) of the fused path with each consumer
+  // against the stock norm (+ quantize) of the plain GEMM's output: "ok" or what differs.
   std::string check(const PoolerGemm& plain, const PoolerGemm& fused, int b) {
     const CUstream s = gpu_.stream;
     std::string problems;
-    for (int layer : {0, 1}) {
+    for (int pass = 0; pass < 4; ++pass) {
+      const int layer = pass % 2, v = pass / 2;
       for (const DeviceBuffer* buffer : {&packed_, &scales_, &rows_, &normed_}) {
         POOLER_CU(cuMemsetD8Async(buffer->get(), 0xA5, buffer->bytes(), s), "poisoning a fused output");
       }
@@ -391,7 +408,7 @@ class ChainRig {
         POOLER_CU(cuMemsetD8Async(buffer->get(), 0x5A, buffer->bytes(), s), "poisoning a stock output");
       }
       fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
-      consume(layer, b);
+      consume(layer, b, v);
       plain.launch(s, x_.get(), weight(layer), c_stock_.get(), true);
       gather_and_norm(layer, b);
       POOLER_CU(cuStreamSynchronize(s), "the chain's check");
@@ -402,7 +419,8 @@ class ChainRig {
         std::size_t differ = 0;
         for (std::size_t i = 0; i < bytes; ++i) differ += a[i] != e[i] ? 1 : 0;
         if (differ != 0) {
-          problems += fmt::format("{}{}: {} of {} bytes differ", problems.empty() ? "" : "; ", what, differ, bytes);
+          problems += fmt::format("{}{} ({} consumer): {} of {} bytes differ", problems.empty() ? "" : "; ", what,
+                                  to_string(kVariants[v]), differ, bytes);
         }
       };
       if (edge(layer)) {
@@ -425,17 +443,18 @@ class ChainRig {
   MailboxState state_;
   DeviceBuffer c_, c_stock_, packed_, scales_, rows_, normed_, gathered_, stock_normed_, stock_packed_, stock_scales_;
   MailboxPeers peers_{};
-  std::optional<LoadedForm> publish_loaded_, nvfp4_loaded_, bf16_loaded_;
+  std::optional<LoadedForm> publish_loaded_, nvfp4_loaded_[2], bf16_loaded_[2];
   std::optional<PublishLauncher> publisher_;
-  std::optional<Nvfp4ConsumerLauncher> nvfp4_;
-  std::optional<Bf16ConsumerLauncher> bf16_;
+  std::optional<Nvfp4ConsumerLauncher> nvfp4_[2];
+  std::optional<Bf16ConsumerLauncher> bf16_[2];
   double ceiling_gbps_ = 0;
 };
 
 void print_row(const ChainRow& r) {
-  const double best = r.fused;
-  std::printf("%3d %3d %5d %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s]\n", r.tp, r.b, r.n, r.fused, r.floor,
-              best / r.floor, r.gemm, r.gather(), r.publish, r.stock, r.check.c_str(), r.shape.c_str());
+  const double best = std::min(r.fused[0], r.fused[1]);
+  std::printf("%3d %3d %5d %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s]\n", r.tp, r.b,
+              r.n, r.fused[0], r.fused[1], r.floor, best / r.floor, r.gemm, r.gather(0), r.gather(1), r.publish,
+              r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str());
   std::fflush(stdout);
 }
 
@@ -449,10 +468,11 @@ void write_json(const std::string& path, const ChainOptions& o, const DeviceInfo
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const ChainRow& r = rows[i];
     out << fmt::format("  {{\"tp\": {}, \"b\": {}, \"n\": {}, \"shape\": \"{}\", \"fused_us\": {:.3f}, "
-                       "\"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, \"gather_us\": {:.3f}, \"publish_us\": {:.3f}, "
-                       "\"stock_us\": {:.3f}, \"check\": \"{}\"}}{}\n",
-                       r.tp, r.b, r.n, r.shape, r.fused, r.floor, r.gemm, r.gather(), r.publish, r.stock, r.check,
-                       i + 1 < rows.size() ? "," : "");
+                       "\"fused_1rt_us\": {:.3f}, \"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, \"gather_us\": {:.3f}, "
+                       "\"gather_1rt_us\": {:.3f}, \"publish_us\": {:.3f}, \"stock_us\": {:.3f}, \"stock_norm_us\": {:.3f}, "
+                       "\"check\": \"{}\"}}{}\n",
+                       r.tp, r.b, r.n, r.shape, r.fused[0], r.fused[1], r.floor, r.gemm, r.gather(0), r.gather(1),
+                       r.publish, r.stock, r.stock_norm, r.check, i + 1 < rows.size() ? "," : "");
   }
   out << " ]\n}\n";
 }
@@ -509,8 +529,8 @@ int chain_main(int argc, char** argv) {
     std::printf("\nper-layer chain in loopback (rank 0 of tp; P %d, H %d, %d layers per graph, first and last BF16; PDL "
                 "on; us per layer, medians of %d replays)\n",
                 kPooled, kHidden, o.layers, o.replays);
-    std::printf("%3s %3s %5s %8s %8s %6s %8s %8s %8s %8s   %s\n", "tp", "b", "N", "fused", "floor", "x_flr", "gemm",
-                "gather", "publish", "stock", "check [GEMM shape]");
+    std::printf("%3s %3s %5s %8s %8s %8s %6s %8s %8s %8s %8s %8s %8s   %s\n", "tp", "b", "N", "fused", "fused1rt",
+                "floor", "x_flr", "gemm", "gather", "gath1rt", "publish", "stock", "norm", "check [GEMM shape]");
     std::vector<ChainRow> rows;
     for (int tp : o.tps) {
       ChainRig rig(gpu, o, tp);
@@ -522,9 +542,9 @@ int chain_main(int argc, char** argv) {
     }
     std::printf(
         "\nfused: Pooler::run's kernels (the GEMM publishing from its epilogue, then the consumer) per layer; floor: "
-        "the\n  layer's weight bytes (N x H x 2) at the read ceiling; x_flr = fused / floor; gemm: the plain GEMM "
-        "alone,\n  chained; gather: [publish kernel + consumer] - [publish kernel]; publish: the publish kernel alone; "
-        "stock:\n  cuBLAS + tp local 2D copies + stock norm (+ quantize). Loopback: publishes store into local HBM, "
+        "the\n  layer's weight bytes (N x H x 2) at the read ceiling; x_flr = the faster fused / floor; gemm: the plain GEMM "
+        "alone,\n  chained; gather: [publish kernel + consumer] - [publish kernel]; 1rt: with the one-round-trip consumer; publish: the publish kernel alone; "
+        "stock:\n  cuBLAS + tp local 2D copies + stock norm (+ quantize); norm: the stock norm alone. Loopback: publishes store into local HBM, "
         "no NVLink\n  latency and no NCCL in these figures. check: one BF16 and one NVFP4 layer against the stock "
         "norm (+ quantize)\n  of the plain GEMM's output, bit for bit. Total %.1f s.\n",
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());

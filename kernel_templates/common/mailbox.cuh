@@ -19,6 +19,8 @@
 //     (s + 2) % 3, i.e. what call n - 1 used: every peer finished writing them (this
 //     rank consumed them), and none writes that stage again before call n + 2, which
 //     needs this rank's publish of call n + 1.
+//   - the one-round-trip consumers (below) clear what they read within their own call
+//     instead, and record rows[stage] = 0; the two kinds may follow each other.
 //   - `failed` is sticky: set (atomicCAS 0 -> 1) by the first poller that passes its
 //     deadline, which alone fills the host-visible TimeoutRecord. Later pollers that find
 //     it set give up at once instead of waiting out their own deadline. The host must
@@ -211,6 +213,110 @@ POOLER_DEVICE void mailbox_arrive(MailboxStateBlock* state, const MailboxCall& c
       st_relaxed_gpu_u32(&state->arrived, 0u);
     }
   }
+}
+
+
+// ---- the consumer side, one round trip after the PDL wait ---------------------------------
+// The consumers with ONE_ROUND_TRIP = 1 keep the protocol above (the same stage, state
+// block and timeout record; mixable call by call with the consumers above) but shorten
+// what follows their PDL wait to one dependent round trip to memory:
+//   - the state block (two 16-byte loads) and this thread's 16 columns of the row in all
+//     three stages are loaded at once; the stage then picks one of the three in registers
+//     (the other two are ignored: a peer one call ahead may be writing one of them);
+//   - the thread writes the sentinel back into what it has read, as soon as it has read
+//     it: every peer has written it (this rank consumed it) and none writes that stage
+//     again before this rank's publish of call n + 2. So a call leaves nothing to clear
+//     (it records rows[stage] = 0); rows that a call of the consumers above left are
+//     cleared as they would be, from the same state load;
+//   - CTA 0 advances the stage once every other CTA has arrived. The others arrive with a
+//     release reduction that returns nothing (they do not wait for it); only CTA 0
+//     waits, and only with more than one CTA.
+
+// What a CTA read of the state block.
+struct MailboxSnapshot {
+  u32 stage;          // this call's stage
+  u32 rows_to_clear;  // rows a call of the consumers above left in stage (stage + 2) % 3
+  u32 calls;          // completed calls before this one
+};
+
+// The 16 columns [column, column + 16) of row `row` in stage `stage` (word k: columns 2k
+// low, 2k + 1 high).
+template <int kTp, int kCapacity, int kWidth>
+POOLER_DEVICE void mailbox_load16(const u16* mailbox, u32 stage, u32 row, u32 column, u32 (&x)[8]) {
+  const u16* p = mailbox + mailbox_row_offset<kTp, kCapacity, kWidth>(stage, column / kWidth, row) + column % kWidth;
+  u32 lo[4], hi[4];
+  ld_relaxed_sys_v4(p, lo);
+  ld_relaxed_sys_v4(p + 8, hi);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    x[k] = lo[k];
+    x[k + 4] = hi[k];
+  }
+}
+
+POOLER_DEVICE bool has_sentinel16(const u32 (&x)[8]) {
+  bool pending = false;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) pending = pending || has_sentinel_lane(x[k]);
+  return pending;
+}
+
+// Reads the state and this thread's 16 columns of row `row` of this call's stage, waiting
+// (mailbox_poll16: deadline, record, sticky failure) only where a peer has not published
+// yet. Call right after pdl_wait(). Returns false after a timeout (x undefined).
+template <int kTp, int kCapacity, int kWidth>
+POOLER_DEVICE bool mailbox_read16(const u16* mailbox, MailboxStateBlock* state, TimeoutRecord* record, u32 row,
+                                  u32 column, int rank, int layer, unsigned long long timeout_ns,
+                                  MailboxSnapshot& snapshot, u32 (&x)[8]) {
+  u32 head[4], tail[4];  // {stage, rows[0..2]}, {arrived, failed, calls, reserved}
+  ld_relaxed_gpu_v4(&state->stage, head);
+  ld_relaxed_gpu_v4(&state->arrived, tail);
+  u32 x0[8], x1[8], x2[8];
+  mailbox_load16<kTp, kCapacity, kWidth>(mailbox, 0u, row, column, x0);
+  mailbox_load16<kTp, kCapacity, kWidth>(mailbox, 1u, row, column, x1);
+  mailbox_load16<kTp, kCapacity, kWidth>(mailbox, 2u, row, column, x2);
+  const u32 stage = head[0];
+  snapshot.stage = stage;
+  // rows[(stage + 2) % 3], without indexing registers by a run-time value.
+  snapshot.rows_to_clear = stage == 0u ? head[3] : stage == 1u ? head[1] : head[2];
+  snapshot.calls = tail[2];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) x[k] = stage == 0u ? x0[k] : stage == 1u ? x1[k] : x2[k];
+  if (!has_sentinel16(x)) return true;
+  const MailboxCall call{stage, snapshot.rows_to_clear};
+  return mailbox_poll16<kTp, kCapacity, kWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
+}
+
+// The end of a CTA of this call, after its outputs are stored: the sentinel back into
+// what this thread read and into the rows an earlier call left; then CTA 0, once every
+// CTA has arrived, records that this call left nothing to clear, advances the stage and
+// counts the call. The release reduction orders each CTA's reads of the state and of its
+// row (by any of its threads: the barrier brings them before thread 0's release) before
+// CTA 0's acquire, and so before its writes.
+template <int kTp, int kCapacity, int kWidth>
+POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, const MailboxSnapshot& snapshot, u32 row,
+                                    u32 column) {
+  const u32 sentinel[4] = {kMailboxSentinelPair, kMailboxSentinelPair, kMailboxSentinelPair, kMailboxSentinelPair};
+  u16* p = mailbox + mailbox_row_offset<kTp, kCapacity, kWidth>(snapshot.stage, column / kWidth, row) + column % kWidth;
+  st_global_v4(p, sentinel);
+  st_global_v4(p + 8, sentinel);
+  mailbox_clear_previous<kTp, kCapacity, kWidth>(mailbox, MailboxCall{snapshot.stage, snapshot.rows_to_clear}, column);
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  if (blockIdx.x != 0) {
+    red_add_release_gpu_u32(&state->arrived, 1u);
+    return;
+  }
+  // Every CTA of the grid is resident (they all passed pdl_wait before any dependent
+  // launch could take their place) and each arrives even after a timeout, so this ends.
+  if (gridDim.x > 1u) {
+    while (ld_acquire_gpu_u32(&state->arrived) != gridDim.x - 1u) {
+    }
+  }
+  st_relaxed_gpu_u32(&state->rows[snapshot.stage], 0u);
+  st_relaxed_gpu_u32(&state->stage, (snapshot.stage + 1u) % kMailboxStages);
+  st_relaxed_gpu_u32(&state->calls, snapshot.calls + 1u);
+  st_relaxed_gpu_u32(&state->arrived, 0u);
 }
 
 #endif  // __CUDACC__

@@ -108,6 +108,26 @@ POOLER_DEVICE void st_relaxed_gpu_u32(u32* address, u32 value) {
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" : : "l"(address), "r"(value) : "memory");
 }
 
+// Both 16-byte halves of a state block in one access each (the fields are written by
+// earlier kernels only, so per-word atomicity is all that is needed).
+POOLER_DEVICE void ld_relaxed_gpu_v4(const u32* address, u32 (&v)[4]) {
+  asm volatile("ld.relaxed.gpu.global.v4.b32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "l"(address)
+               : "memory");
+}
+
+POOLER_DEVICE u32 ld_acquire_gpu_u32(const u32* address) {
+  u32 v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(address) : "memory");
+  return v;
+}
+
+// An atomic add that returns nothing: the thread does not wait for it.
+POOLER_DEVICE void red_add_release_gpu_u32(u32* address, u32 value) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" : : "l"(address), "r"(value) : "memory");
+}
+
 POOLER_DEVICE u32 atom_add_acq_rel_gpu_u32(u32* address, u32 value) {
   u32 old;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(address), "r"(value) : "memory");

@@ -3,7 +3,9 @@
 // does the stage bookkeeping and clears what the previous call used (mailbox.cuh).
 // rows == the stock all-gather except that a projected -0.0 arrives as +0.0; normed ==
 // stock_norm.cu on those rows, bit for bit (numerics.md).
-// Constants: POOLED (multiple of 512, at most 16384), TP, CAPACITY, EPS, GAIN_CENTER.
+// Constants: POOLED (multiple of 512, at most 16384), TP, CAPACITY, EPS, GAIN_CENTER,
+// ONE_ROUND_TRIP (1: mailbox.cuh's one-round-trip consumer side, which clears what it
+// read instead; 0: the baseline).
 // Launch: grid (b), block (POOLED / 16): CTA i is row i; thread t owns the 16 columns
 // [16 t, 16 t + 16), which lie in slot 16 t / W. Every rank must launch the same grid.
 // Outputs: rows [b, POOLED] and normed [b, POOLED] BF16. After a timeout (record filled,
@@ -17,6 +19,7 @@ constexpr int kShardWidth = POOLED / TP;
 static_assert(POOLED % 512 == 0 && POOLED <= 16384, "POOLED / 16 threads must be whole warps, at most 1024");
 static_assert(POOLED % TP == 0 && kShardWidth % 16 == 0, "a 16-column block never straddles two slots");
 static_assert(TP >= 1 && TP <= pooler::kMailboxMaxPeers, "at most kMailboxMaxPeers ranks");
+static_assert(ONE_ROUND_TRIP == 0 || ONE_ROUND_TRIP == 1, "ONE_ROUND_TRIP is 0 or 1");
 
 extern "C" __global__ void __launch_bounds__(POOLED / 16)
     pooler_consumer_bf16(pooler::u16* mailbox, pooler::MailboxStateBlock* state, pooler::TimeoutRecord* record,
@@ -31,14 +34,25 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   ld_global_16xbf16(weight + column, w);
   pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
   pdl_launch_dependents();
-  const MailboxCall call = mailbox_begin(state);
-  mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column);
-  u32 x[8];
-  mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
   const unsigned long long at = static_cast<unsigned long long>(row) * POOLED + column;
-  st_global_16xbf16(rows + at, x);
-  u32 y[8];
-  rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y);
-  st_global_16xbf16(normed + at, y);
-  mailbox_arrive(state, call);
+  u32 x[8];
+  if constexpr (ONE_ROUND_TRIP) {
+    MailboxSnapshot snapshot;
+    mailbox_read16<TP, CAPACITY, kShardWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns, snapshot,
+                                              x);
+    st_global_16xbf16(rows + at, x);
+    u32 y[8];
+    rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y);
+    st_global_16xbf16(normed + at, y);
+    mailbox_finish16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, row, column);
+  } else {
+    const MailboxCall call = mailbox_begin(state);
+    mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column);
+    mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
+    st_global_16xbf16(rows + at, x);
+    u32 y[8];
+    rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y);
+    st_global_16xbf16(normed + at, y);
+    mailbox_arrive(state, call);
+  }
 }

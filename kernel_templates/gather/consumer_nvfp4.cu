@@ -3,7 +3,9 @@
 // stage bookkeeping and clears what the previous call used (mailbox.cuh). Bit for bit the
 // stock gather + stock_norm.cu + stock_quantize.cu, except the sign of a zero code where
 // a projected value was -0.0 (numerics.md).
-// Constants: POOLED (multiple of 512, at most 16384), TP, CAPACITY, EPS, GAIN_CENTER.
+// Constants: POOLED (multiple of 512, at most 16384), TP, CAPACITY, EPS, GAIN_CENTER,
+// ONE_ROUND_TRIP (1: mailbox.cuh's one-round-trip consumer side, which clears what it
+// read instead; 0: the baseline).
 // Launch: grid (b), block (POOLED / 16): CTA i is row i; thread t owns the 16 columns
 // [16 t, 16 t + 16), which lie in slot 16 t / W. Every rank must launch the same grid.
 // Outputs: packed [b, POOLED / 2] u8, scales [b, POOLED / 16] E4M3 bytes. After a timeout
@@ -18,6 +20,7 @@ constexpr int kShardWidth = POOLED / TP;
 static_assert(POOLED % 512 == 0 && POOLED <= 16384, "POOLED / 16 threads must be whole warps, at most 1024");
 static_assert(POOLED % TP == 0 && kShardWidth % 16 == 0, "a 16-column block never straddles two slots");
 static_assert(TP >= 1 && TP <= pooler::kMailboxMaxPeers, "at most kMailboxMaxPeers ranks");
+static_assert(ONE_ROUND_TRIP == 0 || ONE_ROUND_TRIP == 1, "ONE_ROUND_TRIP is 0 or 1");
 
 extern "C" __global__ void __launch_bounds__(POOLED / 16)
     pooler_consumer_nvfp4(pooler::u16* mailbox, pooler::MailboxStateBlock* state, pooler::TimeoutRecord* record,
@@ -34,15 +37,29 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   const float gs = ld_global_f32(global_scale);
   pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
   pdl_launch_dependents();
-  const MailboxCall call = mailbox_begin(state);
-  // Clearing the previous call's rows first overlaps it with the wait for the peers.
-  mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column);
   u32 x[8];
-  mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
-  u32 y[8];
-  rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y);
-  const Nvfp4Block16 q = quantize16(y, gs);
-  st_global_v2(packed + static_cast<unsigned long long>(row) * (POOLED / 2) + threadIdx.x * 8u, q.packed[0], q.packed[1]);
-  st_global_u8(scales + static_cast<unsigned long long>(row) * (POOLED / 16) + threadIdx.x, q.scale);
-  mailbox_arrive(state, call);
+  if constexpr (ONE_ROUND_TRIP) {
+    MailboxSnapshot snapshot;
+    mailbox_read16<TP, CAPACITY, kShardWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns, snapshot,
+                                              x);
+    u32 y[8];
+    rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y);
+    const Nvfp4Block16 q = quantize16(y, gs);
+    st_global_v2(packed + static_cast<unsigned long long>(row) * (POOLED / 2) + threadIdx.x * 8u, q.packed[0],
+                 q.packed[1]);
+    st_global_u8(scales + static_cast<unsigned long long>(row) * (POOLED / 16) + threadIdx.x, q.scale);
+    mailbox_finish16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, row, column);
+  } else {
+    const MailboxCall call = mailbox_begin(state);
+    // Clearing the previous call's rows first overlaps it with the wait for the peers.
+    mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column);
+    mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
+    u32 y[8];
+    rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y);
+    const Nvfp4Block16 q = quantize16(y, gs);
+    st_global_v2(packed + static_cast<unsigned long long>(row) * (POOLED / 2) + threadIdx.x * 8u, q.packed[0],
+                 q.packed[1]);
+    st_global_u8(scales + static_cast<unsigned long long>(row) * (POOLED / 16) + threadIdx.x, q.scale);
+    mailbox_arrive(state, call);
+  }
 }

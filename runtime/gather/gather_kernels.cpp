@@ -40,6 +40,24 @@ void check_rank(const char* what, int rank, int tp) {
   }
 }
 
+const char* variant_suffix(ConsumerVariant variant) {
+  return variant == ConsumerVariant::one_round_trip ? "_1rt" : "";
+}
+
+// The variant of a loaded consumer form of `kind` and this shape (InvalidArgument when
+// it is neither variant's).
+ConsumerVariant consumer_variant(const LoadedForm& form, const char* kind, const MailboxLayout& layout) {
+  for (ConsumerVariant v : {ConsumerVariant::baseline, ConsumerVariant::one_round_trip}) {
+    const std::string expected =
+        shape_name((std::string(kind) + variant_suffix(v)).c_str(), layout.pooled, layout.tp, layout.capacity);
+    const std::string& name = form.form();
+    if (name.compare(0, expected.size(), expected) == 0 && (name.size() == expected.size() || name[expected.size()] == '_')) {
+      return v;
+    }
+  }
+  return ConsumerVariant::baseline;  // checked_kernel then names what was expected
+}
+
 LaunchShape row_shape(int pooled, int b, bool pdl) {
   LaunchShape shape;
   shape.grid_x = static_cast<unsigned>(b);
@@ -49,6 +67,10 @@ LaunchShape row_shape(int pooled, int b, bool pdl) {
 }
 
 }  // namespace
+
+const char* to_string(ConsumerVariant variant) {
+  return variant == ConsumerVariant::one_round_trip ? "one round trip" : "baseline";
+}
 
 void check_rows(const char* what, int b, int max_rows) {
   if (b < 1 || b > max_rows) {
@@ -75,12 +97,17 @@ Form mailbox_form(const char* caller, const std::string& name, const char* file,
   return Form(name, file, {entry}).set("POOLED", pooled).set("TP", tp).set("CAPACITY", capacity);
 }
 
-// A consumer: a mailbox form with the norm's constants, which its name carries.
+// A consumer: a mailbox form with the norm's constants, which its name carries, and
+// its variant (ONE_ROUND_TRIP; "_1rt" after the kind).
 Form consumer_form(const char* caller, const char* kind, const char* file, const char* entry, int pooled, int tp,
-                   int capacity, float eps, float gain_center) {
+                   int capacity, float eps, float gain_center, ConsumerVariant variant) {
   check_norm_constants(caller, eps, gain_center);
-  const std::string name = shape_name(kind, pooled, tp, capacity) + fmt::format("_eps{}_gc{}", eps, gain_center);
-  return mailbox_form(caller, name, file, entry, pooled, tp, capacity).set("EPS", eps).set("GAIN_CENTER", gain_center);
+  const std::string name = shape_name((std::string(kind) + variant_suffix(variant)).c_str(), pooled, tp, capacity) +
+                           fmt::format("_eps{}_gc{}", eps, gain_center);
+  return mailbox_form(caller, name, file, entry, pooled, tp, capacity)
+      .set("EPS", eps)
+      .set("GAIN_CENTER", gain_center)
+      .set("ONE_ROUND_TRIP", variant == ConsumerVariant::one_round_trip ? 1 : 0);
 }
 
 }  // namespace
@@ -91,14 +118,14 @@ Form publish_form(int pooled, int tp, int capacity) {
       .set("THREADS", kPublishThreads);
 }
 
-Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center) {
+Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center, ConsumerVariant variant) {
   return consumer_form("nvfp4_consumer_form", "pooler_consumer_nvfp4", "consumer_nvfp4.cu", kNvfp4ConsumerEntry,
-                       pooled, tp, capacity, eps, gain_center);
+                       pooled, tp, capacity, eps, gain_center, variant);
 }
 
-Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center) {
+Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center, ConsumerVariant variant) {
   return consumer_form("bf16_consumer_form", "pooler_consumer_bf16", "consumer_bf16.cu", kBf16ConsumerEntry, pooled,
-                       tp, capacity, eps, gain_center);
+                       tp, capacity, eps, gain_center, variant);
 }
 
 Form stock_norm_form(int pooled, float eps, float gain_center) {
@@ -171,7 +198,10 @@ void check_binding(const char* what, const MailboxBinding& mailbox) {
 
 Nvfp4ConsumerLauncher::Nvfp4ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank,
                                              const MailboxBinding& mailbox, unsigned long long timeout_ns)
-    : kernel_(checked_kernel(form, shape_name("pooler_consumer_nvfp4", layout.pooled, layout.tp, layout.capacity),
+    : variant_(consumer_variant(form, "pooler_consumer_nvfp4", layout)),
+      kernel_(checked_kernel(form,
+                             shape_name((std::string("pooler_consumer_nvfp4") + variant_suffix(variant_)).c_str(),
+                                        layout.pooled, layout.tp, layout.capacity),
                              kNvfp4ConsumerEntry)),
       layout_(layout),
       rank_(rank),
@@ -190,7 +220,10 @@ void Nvfp4ConsumerLauncher::launch(CUstream stream, CUdeviceptr weight, CUdevice
 
 Bf16ConsumerLauncher::Bf16ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank,
                                            const MailboxBinding& mailbox, unsigned long long timeout_ns)
-    : kernel_(checked_kernel(form, shape_name("pooler_consumer_bf16", layout.pooled, layout.tp, layout.capacity),
+    : variant_(consumer_variant(form, "pooler_consumer_bf16", layout)),
+      kernel_(checked_kernel(form,
+                             shape_name((std::string("pooler_consumer_bf16") + variant_suffix(variant_)).c_str(),
+                                        layout.pooled, layout.tp, layout.capacity),
                              kBf16ConsumerEntry)),
       layout_(layout),
       rank_(rank),

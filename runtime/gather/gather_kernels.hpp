@@ -27,15 +27,29 @@ inline constexpr const char* kStockQuantizeEntry = "pooler_stock_quantize";
 // Threads per CTA of the publish kernel (one per 8 columns of a shard row).
 inline constexpr int kPublishThreads = 128;
 
+// What follows a consumer's PDL wait (kernel_templates/common/mailbox.cuh):
+//   baseline        the stage, then the rows the previous call left (to clear), then the
+//                   poll, each waiting for the one before; every CTA ends with an acq_rel
+//                   atomic whose last arrival advances the stage
+//   one_round_trip  the state and the row in all three stages loaded at once; each thread
+//                   clears what it read; CTA 0 advances the stage once the others have
+//                   arrived (they do not wait). The same outputs and state protocol; the
+//                   two may follow each other on one mailbox.
+enum class ConsumerVariant { baseline, one_round_trip };
+const char* to_string(ConsumerVariant variant);
+
 // ---- forms ------------------------------------------------------------------------
 // Each throws InvalidArgument naming the bad value and what was expected: P,
 // tp and capacity as the mailbox's rules (runtime/comm/mailbox.hpp), eps finite
 // and > 0, gain_center finite.
-// Form names carry the shape ("pooler_publish_p4096_tp4_cap32"); launchers check it.
+// Form names carry the shape ("pooler_publish_p4096_tp4_cap32"; a one_round_trip
+// consumer's kind ends in "_1rt": "pooler_consumer_nvfp4_1rt_p4096_..."); launchers check it.
 
 Form publish_form(int pooled, int tp, int capacity);
-Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center);
-Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center);
+Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center,
+                         ConsumerVariant variant = ConsumerVariant::baseline);
+Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center,
+                        ConsumerVariant variant = ConsumerVariant::baseline);
 Form stock_norm_form(int pooled, float eps, float gain_center);
 Form stock_quantize_form(int pooled);
 
@@ -68,14 +82,17 @@ class PublishLauncher {
 
 // Polls the local mailbox for b rows -> norm -> NVFP4: packed [b, P / 2] u8 and scales
 // [b, P / 16] E4M3. `layer` only goes into a TimeoutRecord. Grid b, P / 16 threads.
+// The variant is the loaded form's (either consumer form of the layout's shape).
 class Nvfp4ConsumerLauncher {
  public:
   Nvfp4ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank, const MailboxBinding& mailbox,
                         unsigned long long timeout_ns = kDefaultMailboxTimeoutNs);
   void launch(CUstream stream, CUdeviceptr weight, CUdeviceptr global_scale, CUdeviceptr packed, CUdeviceptr scales,
               int b, int layer, bool pdl) const;
+  ConsumerVariant variant() const { return variant_; }
 
  private:
+  ConsumerVariant variant_;
   Kernel kernel_;
   MailboxLayout layout_;
   int rank_;
@@ -90,8 +107,10 @@ class Bf16ConsumerLauncher {
                        unsigned long long timeout_ns = kDefaultMailboxTimeoutNs);
   void launch(CUstream stream, CUdeviceptr weight, CUdeviceptr rows, CUdeviceptr normed, int b, int layer,
               bool pdl) const;
+  ConsumerVariant variant() const { return variant_; }
 
  private:
+  ConsumerVariant variant_;
   Kernel kernel_;
   MailboxLayout layout_;
   int rank_;
