@@ -228,9 +228,10 @@ POOLER_DEVICE void mailbox_arrive(MailboxStateBlock* state, const MailboxCall& c
 //     again before this rank's publish of call n + 2. So a call leaves nothing to clear
 //     (it records rows[stage] = 0); rows that a call of the consumers above left are
 //     cleared as they would be, from the same state load;
-//   - CTA 0 advances the stage once every other CTA has arrived. The others arrive with a
-//     release reduction that returns nothing (they do not wait for it); only CTA 0
-//     waits, and only with more than one CTA.
+//   - CTA 0 advances the stage once every other CTA has arrived. The others arrive as soon
+//     as they have read (before their norm and stores, so that CTA 0 rarely waits), with a
+//     release reduction that returns nothing (they do not wait for it); only CTA 0 waits,
+//     and only with more than one CTA.
 
 // What a CTA read of the state block.
 struct MailboxSnapshot {
@@ -287,12 +288,20 @@ POOLER_DEVICE bool mailbox_read16(const u16* mailbox, MailboxStateBlock* state, 
   return mailbox_poll16<kTp, kCapacity, kWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
 }
 
+// A CTA other than CTA 0 arrives, once every thread has its row (mailbox_read16): the
+// release reduction orders the CTA's reads of the state and of its row (by any of its
+// threads: the barrier brings them before thread 0's release) before CTA 0's acquire in
+// mailbox_finish16, and so before its writes. Issued before any store of the CTA, so
+// that the release has nothing to wait for.
+POOLER_DEVICE void mailbox_arrive_after_read(MailboxStateBlock* state) {
+  __syncthreads();
+  if (threadIdx.x == 0 && blockIdx.x != 0) red_add_release_gpu_u32(&state->arrived, 1u);
+}
+
 // The end of a CTA of this call, after its outputs are stored: the sentinel back into
 // what this thread read and into the rows an earlier call left; then CTA 0, once every
-// CTA has arrived, records that this call left nothing to clear, advances the stage and
-// counts the call. The release reduction orders each CTA's reads of the state and of its
-// row (by any of its threads: the barrier brings them before thread 0's release) before
-// CTA 0's acquire, and so before its writes.
+// other CTA has arrived (mailbox_arrive_after_read), records that this call left nothing
+// to clear, advances the stage and counts the call.
 template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, const MailboxSnapshot& snapshot, u32 row,
                                     u32 column) {
@@ -301,12 +310,9 @@ POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, cons
   st_global_v4(p, sentinel);
   st_global_v4(p + 8, sentinel);
   mailbox_clear_previous<kTp, kCapacity, kWidth>(mailbox, MailboxCall{snapshot.stage, snapshot.rows_to_clear}, column);
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  if (blockIdx.x != 0) {
-    red_add_release_gpu_u32(&state->arrived, 1u);
-    return;
-  }
+  // CTA 0's own reads precede these writes in its program order and by the barrier of
+  // mailbox_arrive_after_read.
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
   // Every CTA of the grid is resident (they all passed pdl_wait before any dependent
   // launch could take their place) and each arrives even after a timeout, so this ends.
   if (gridDim.x > 1u) {

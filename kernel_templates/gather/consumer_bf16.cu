@@ -40,9 +40,10 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
     MailboxSnapshot snapshot;
     mailbox_read16<TP, CAPACITY, kShardWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns, snapshot,
                                               x);
-    st_global_16xbf16(rows + at, x);
+    mailbox_arrive_after_read(state);
     u32 y[8];
     rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y);
+    st_global_16xbf16(rows + at, x);
     st_global_16xbf16(normed + at, y);
     mailbox_finish16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, row, column);
   } else {

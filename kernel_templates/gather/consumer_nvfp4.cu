@@ -42,6 +42,7 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
     MailboxSnapshot snapshot;
     mailbox_read16<TP, CAPACITY, kShardWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns, snapshot,
                                               x);
+    mailbox_arrive_after_read(state);
     u32 y[8];
     rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y);
     const Nvfp4Block16 q = quantize16(y, gs);
