@@ -217,7 +217,8 @@ struct Gpu {
   void fill_bf16(CUdeviceptr out, std::size_t count, unsigned long long seed, float deviation) const {
     LaunchShape shape;
     shape.block_x = static_cast<unsigned>(kFillThreads);
-    shape.grid_x = static_cast<unsigned>(std::min<std::size_t>((count + kFillThreads - 1) / kFillThreads, sz(16) * info.multiprocessors));
+    const std::size_t blocks = (count + kFillThreads - 1) / kFillThreads;
+    shape.grid_x = static_cast<unsigned>(std::min<std::size_t>(blocks, sz(16) * info.multiprocessors));
     const unsigned long long n = count, first = 0;
     fill(stream, shape, out, n, first, seed, deviation, 0.0f);
   }
@@ -469,8 +470,8 @@ void write_json(const std::string& path, const ChainOptions& o, const DeviceInfo
     const ChainRow& r = rows[i];
     out << fmt::format("  {{\"tp\": {}, \"b\": {}, \"n\": {}, \"shape\": \"{}\", \"fused_us\": {:.3f}, "
                        "\"fused_1rt_us\": {:.3f}, \"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, \"gather_us\": {:.3f}, "
-                       "\"gather_1rt_us\": {:.3f}, \"publish_us\": {:.3f}, \"stock_us\": {:.3f}, \"stock_norm_us\": {:.3f}, "
-                       "\"check\": \"{}\"}}{}\n",
+                       "\"gather_1rt_us\": {:.3f}, \"publish_us\": {:.3f}, \"stock_us\": {:.3f}, "
+                       "\"stock_norm_us\": {:.3f}, \"check\": \"{}\"}}{}\n",
                        r.tp, r.b, r.n, r.shape, r.fused[0], r.fused[1], r.floor, r.gemm, r.gather(0), r.gather(1),
                        r.publish, r.stock, r.stock_norm, r.check, i + 1 < rows.size() ? "," : "");
   }
@@ -526,8 +527,8 @@ int chain_main(int argc, char** argv) {
     const double ceiling = read_ceiling_gbps(gpu);
     std::printf("device 0: %s, %d SMs; streaming-read ceiling %.1f GB/s\n", info.name.c_str(), info.multiprocessors,
                 ceiling);
-    std::printf("\nper-layer chain in loopback (rank 0 of tp; P %d, H %d, %d layers per graph, first and last BF16; PDL "
-                "on; us per layer, medians of %d replays)\n",
+    std::printf("\nper-layer chain in loopback (rank 0 of tp; P %d, H %d, %d layers per graph, first and last BF16; "
+                "PDL on; us per layer, medians of %d replays)\n",
                 kPooled, kHidden, o.layers, o.replays);
     std::printf("%3s %3s %5s %8s %8s %8s %6s %8s %8s %8s %8s %8s %8s   %s\n", "tp", "b", "N", "fused", "fused1rt",
                 "floor", "x_flr", "gemm", "gather", "gath1rt", "publish", "stock", "norm", "check [GEMM shape]");
@@ -541,12 +542,14 @@ int chain_main(int argc, char** argv) {
       }
     }
     std::printf(
-        "\nfused: Pooler::run's kernels (the GEMM publishing from its epilogue, then the consumer) per layer; floor: "
-        "the\n  layer's weight bytes (N x H x 2) at the read ceiling; x_flr = the faster fused / floor; gemm: the plain GEMM "
-        "alone,\n  chained; gather: [publish kernel + consumer] - [publish kernel]; 1rt: with the one-round-trip consumer; publish: the publish kernel alone; "
-        "stock:\n  cuBLAS + tp local 2D copies + stock norm (+ quantize); norm: the stock norm alone. Loopback: publishes store into local HBM, "
-        "no NVLink\n  latency and no NCCL in these figures. check: one BF16 and one NVFP4 layer against the stock "
-        "norm (+ quantize)\n  of the plain GEMM's output, bit for bit. Total %.1f s.\n",
+        "\nfused: Pooler::run's kernels (the GEMM publishing from its epilogue, then the consumer) per layer;\n"
+        "  fused1rt: the same with the one-round-trip consumer; floor: the layer's weight bytes (N x H x 2) at the\n"
+        "  read ceiling; x_flr = the faster fused / floor; gemm: the plain GEMM alone, chained; gather: [publish\n"
+        "  kernel + consumer] - [publish kernel] (gath1rt: one-round-trip consumer); publish: the publish kernel\n"
+        "  alone; stock: cuBLAS + tp local 2D copies + stock norm (+ quantize); norm: the stock norm alone.\n"
+        "  Loopback: publishes store into local HBM, no NVLink latency and no NCCL in these figures. check: one\n"
+        "  BF16 and one NVFP4 layer per consumer against the stock norm (+ quantize) of the plain GEMM's output,\n"
+        "  bit for bit. Total %.1f s.\n",
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     if (!o.json.empty()) {
       write_json(o.json, o, info, ceiling, rows);

@@ -51,7 +51,8 @@ ConsumerVariant consumer_variant(const LoadedForm& form, const char* kind, const
     const std::string expected =
         shape_name((std::string(kind) + variant_suffix(v)).c_str(), layout.pooled, layout.tp, layout.capacity);
     const std::string& name = form.form();
-    if (name.compare(0, expected.size(), expected) == 0 && (name.size() == expected.size() || name[expected.size()] == '_')) {
+    const bool prefix = name.compare(0, expected.size(), expected) == 0;
+    if (prefix && (name.size() == expected.size() || name[expected.size()] == '_')) {
       return v;
     }
   }
