@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -43,6 +44,18 @@ NormKey norm_key(const PoolerLayer& layer) {
   return norm_key(NormConstants{layer.eps, layer.gain_center});
 }
 
+// PoolerOptions::one_round_trip_consumer, unless POOLER_CONSUMER (baseline or
+// one_round_trip) overrides it, for comparisons without a code change (as
+// POOLER_GEMM_RING does for the GEMM's ring). Throws InvalidArgument for another value.
+bool one_round_trip_consumer(const PoolerOptions& options) {
+  const char* env = std::getenv("POOLER_CONSUMER");
+  const std::string mode = env ? env : "";
+  if (mode.empty()) return options.one_round_trip_consumer;
+  if (mode == "one_round_trip") return true;
+  if (mode == "baseline") return false;
+  throw InvalidArgument(fmt::format("POOLER_CONSUMER = \"{}\"; expected baseline, one_round_trip or unset", mode));
+}
+
 }  // namespace
 
 // ---- the Pooler ----------------------------------------------------------------------
@@ -73,6 +86,7 @@ struct Pooler::Impl {
   std::vector<std::string> form_lines;
   // Set by check_usable() (const) when it finds a timeout record: the Pooler,
   // like a CUDA stream, is used from one thread at a time.
+  bool one_round_trip = false;  // the consumers' variant: options or POOLER_CONSUMER (compile())
   mutable bool failed = false;
   mutable std::string failure;
 
@@ -140,7 +154,7 @@ std::string Pooler::Impl::configuration_text() const {
                                  o.capacity, o.enable_pdl, o.spin_timeout.count());
   for (int b : batches) text += fmt::format("{},", b);
   if (o.gemm_shape) text += " gemm=" + describe(*o.gemm_shape);
-  text += fmt::format(" fuse_publish={} one_round_trip_consumer={}", o.fuse_publish, o.one_round_trip_consumer);
+  text += fmt::format(" fuse_publish={} one_round_trip_consumer={}", o.fuse_publish, one_round_trip);
   text += fmt::format(" layers={}:", o.layers.size());
   for (const PoolerLayer& layer : o.layers) {
     text += fmt::format("{}/{:08x}/{:08x};", layer.nvfp4() ? "nvfp4" : "bf16", bits(layer.eps), bits(layer.gain_center));
@@ -232,7 +246,8 @@ void Pooler::Impl::compile() {
   config.batches = o.batches;
   config.gemm_shape = o.gemm_shape;
   config.fuse_publish = o.fuse_publish;
-  config.one_round_trip_consumer = o.one_round_trip_consumer;
+  one_round_trip = one_round_trip_consumer(o);
+  config.one_round_trip_consumer = one_round_trip;
   for (const PoolerLayer& layer : o.layers) {
     (layer.nvfp4() ? config.nvfp4_norms : config.edge_norms).push_back(NormConstants{layer.eps, layer.gain_center});
   }

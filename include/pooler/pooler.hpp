@@ -76,7 +76,8 @@ struct POOLER_API PoolerOptions {
   std::optional<PoolerGemmShape> gemm_shape;                 // default: choose_gemm_shape per batch
   bool fuse_publish = true;                                  // run(): the GEMM's epilogue publishes (no publish kernel)
   bool one_round_trip_consumer = false;  // gather()/run(): the consumer variant with one dependent round trip after
-                                         // its PDL wait (same outputs; off until measured faster)
+                                         // its PDL wait (same outputs); POOLER_CONSUMER=baseline|one_round_trip
+                                         // overrides it
 };
 
 // What run() hands the experts. For an NVFP4 layer `packed` (U8 [b, P / 2]) and
