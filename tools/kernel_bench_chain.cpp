@@ -383,10 +383,11 @@ class ChainRig {
   void gather_and_norm(int layer, int b) const {
     const std::size_t row_bytes = sz(n_) * 2;
     for (int p = 0; p < tp_; ++p) {
-      harness::check_cuda(cudaMemcpy2DAsync(reinterpret_cast<void*>(gathered_.get() + sz(p) * row_bytes), sz(kPooled) * 2,
-                                   reinterpret_cast<const void*>(c_stock_.get()), row_bytes, row_bytes, sz(b),
-                                   cudaMemcpyDeviceToDevice, reinterpret_cast<cudaStream_t>(gpu_.stream)),
-                 "cudaMemcpy2DAsync", "the stock all-gather's stand-in");
+      void* destination = reinterpret_cast<void*>(gathered_.get() + sz(p) * row_bytes);
+      const void* source = reinterpret_cast<const void*>(c_stock_.get());
+      harness::check_cuda(cudaMemcpy2DAsync(destination, sz(kPooled) * 2, source, row_bytes, row_bytes, sz(b),
+                                            cudaMemcpyDeviceToDevice, reinterpret_cast<cudaStream_t>(gpu_.stream)),
+                          "cudaMemcpy2DAsync", "the stock all-gather's stand-in");
     }
     gpu_.norm->launch(gpu_.stream, gathered_.get(), norm_weight_.get(), stock_normed_.get(), b, true);
     if (!edge(layer)) {
