@@ -5,8 +5,6 @@
 // tests/fake_cuda_driver.c, loaded through POOLER_CUDA_DRIVER in a child
 // process, since the driver is opened once per process.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -19,6 +17,7 @@
 #include "pooler/pooler.h"
 #include "runtime/jit/device.hpp"
 #include "runtime/jit/driver.hpp"
+#include "support/process.hpp"
 
 namespace pooler {
 namespace {
@@ -26,30 +25,10 @@ namespace {
 constexpr const char* kExpected = "cuInit failed with CUDA_ERROR_NO_DEVICE";
 
 // Runs `body` in a forked child whose driver is the fake one; the child's exit
-// code is the number of failed checks. An abort or a hang (ended by alarm)
-// reads as a failure.
+// code is the number of failed checks. An abort or a hang (ended by the
+// alarm) reads as a failure.
 int with_failing_driver(const std::function<int()>& body) {
-  std::fflush(nullptr);
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::setenv("POOLER_CUDA_DRIVER", POOLER_FAKE_DRIVER, 1);
-    ::alarm(30);
-    int failures = 0;
-    try {
-      failures = body();
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "child threw: %s\n", error.what());
-      failures = 100;
-    }
-    _exit(failures);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  if (WIFSIGNALED(status)) {
-    ADD_FAILURE() << "the child died of signal " << WTERMSIG(status)
-                  << (WTERMSIG(status) == SIGALRM ? " (it hung)" : "");
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+  return testing::in_child({{"POOLER_CUDA_DRIVER", POOLER_FAKE_DRIVER}}, body, 30);
 }
 
 int expect_no_driver_error(const std::function<void()>& call) {

@@ -3,8 +3,6 @@
 // pointing the loader at a missing library (POOLER_CUDA_DRIVER) in a child
 // process, since the driver is opened once per process.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -19,24 +17,10 @@
 namespace pooler {
 namespace {
 
-// Runs `body` in a forked child with no driver; the child's exit code is the
-// number of failed checks.
+// Runs `body` in a forked child with no driver (the driver is opened once per
+// process); the child's exit code is the number of failed checks.
 int in_child_without_driver(const std::function<int()>& body) {
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::setenv("POOLER_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
-    int failures = 0;
-    try {
-      failures = body();
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "child threw: %s\n", error.what());
-      failures = 100;
-    }
-    _exit(failures);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+  return testing::in_child({{"POOLER_CUDA_DRIVER", "/nonexistent/libcuda.so.1"}}, body);
 }
 
 TEST(NoDriver, GpuCallsFailWithOneClearError) {

@@ -3,8 +3,6 @@
 // NoCompilerError naming NVRTC. NVRTC is opened once per process, so each case
 // runs in a forked child with POOLER_NVRTC_LIBRARY pointing elsewhere.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -24,21 +22,7 @@ namespace {
 // Runs `body` in a forked child with POOLER_NVRTC_LIBRARY=`library`; the
 // child's exit code is the number of failed checks.
 int in_child_with_nvrtc(const std::string& library, const std::function<int()>& body) {
-  const pid_t child = ::fork();
-  if (child == 0) {
-    ::setenv("POOLER_NVRTC_LIBRARY", library.c_str(), 1);
-    int failures = 0;
-    try {
-      failures = body();
-    } catch (const std::exception& error) {
-      std::fprintf(stderr, "child threw: %s\n", error.what());
-      failures = 100;
-    }
-    _exit(failures);
-  }
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+  return testing::in_child({{"POOLER_NVRTC_LIBRARY", library}}, body);
 }
 
 // Compiling the sample form must throw NoCompilerError whose message contains

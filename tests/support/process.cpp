@@ -1,15 +1,49 @@
 #include "support/process.hpp"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
 
 namespace pooler::testing {
+
+int in_child(const std::map<std::string, std::string>& environment, const std::function<int()>& body,
+             unsigned alarm_seconds) {
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child < 0) {
+    throw std::runtime_error("fork failed");
+  }
+  if (child == 0) {
+    for (const auto& [name, value] : environment) {
+      ::setenv(name.c_str(), value.c_str(), 1);
+    }
+    ::alarm(alarm_seconds);
+    int failures = 0;
+    try {
+      failures = body();
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "child threw: %s\n", error.what());
+      failures = 100;
+    }
+    std::fflush(nullptr);
+    _exit(failures);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (WIFSIGNALED(status)) {
+    ADD_FAILURE() << "the child died of signal " << WTERMSIG(status)
+                  << (WTERMSIG(status) == SIGALRM ? " (it hung)" : "");
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 200;
+}
 
 ProcessResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment) {
   int pipe_fds[2];

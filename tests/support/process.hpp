@@ -2,6 +2,7 @@
 // child process with extra environment variables, and scratch folders.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,6 +17,14 @@ struct ProcessResult {
 // Runs `argv` with `environment` added to (or, for an empty value, removed
 // from) this process's environment; waits for it.
 ProcessResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment = {});
+
+// Runs `body` in a forked child with `environment` set (for state a process
+// initialises once: the driver, NVRTC), with an alarm of `alarm_seconds` so
+// that a hang ends. The result is the child's exit code: `body`'s count of
+// failed checks, 100 if it threw, 200 if the child died of a signal (which
+// is also reported as a test failure, naming the signal).
+int in_child(const std::map<std::string, std::string>& environment, const std::function<int()>& body,
+             unsigned alarm_seconds = 60);
 
 // A fresh, empty folder under the system's temporary folder, removed (with
 // everything in it) when the object goes.
