@@ -13,7 +13,7 @@
 
 /* The ctypes name of a scalar field's type (the compiler's own choice of long
  * or long long for int64_t is kept, so sizes match by construction). */
-#define CTYPE(value)                                          \
+#define CTYPE(value) \
   _Generic((value),                                           \
       char: "c_char",                                         \
       unsigned char: "c_ubyte",                               \
@@ -33,14 +33,13 @@
 static FILE* out;
 
 #define BEGIN(type) fprintf(out, "    (\"%s\", %zu, [\n", #type, sizeof(type))
-#define FIELD(type, field)                                                                                \
+#define FIELD(type, field)                                                                                          \
   fprintf(out, "        (\"%s\", \"%s\", 0, %zu, %zu),\n", #field, CTYPE(((type*)0)->field), offsetof(type, field), \
           sizeof(((type*)0)->field))
 /* An array: its element type and count. */
-#define ARRAY(type, field)                                                                          \
-  fprintf(out, "        (\"%s\", \"%s\", %zu, %zu, %zu),\n", #field, CTYPE(((type*)0)->field[0]),    \
-          sizeof(((type*)0)->field) / sizeof(((type*)0)->field[0]), offsetof(type, field), \
-          sizeof(((type*)0)->field))
+#define ARRAY(type, field)                                                                        \
+  fprintf(out, "        (\"%s\", \"%s\", %zu, %zu, %zu),\n", #field, CTYPE(((type*)0)->field[0]), \
+          sizeof(((type*)0)->field) / sizeof(((type*)0)->field[0]), offsetof(type, field), sizeof(((type*)0)->field))
 #define END() fprintf(out, "    ]),\n")
 #define CONSTANT(name) fprintf(out, "    \"%s\": %d,\n", #name, (int)(name))
 
@@ -56,7 +55,8 @@ int main(int argc, char** argv) {
   }
   fprintf(out, "# Generated at build time by python/abi_layout.c from include/pooler/pooler.h. Do not edit.\n");
   fprintf(out, "ABI_VERSION = %d\n\n", POOLER_ABI_VERSION);
-  fprintf(out, "# (struct, sizeof, [(field, ctypes type, array length or 0, offsetof, sizeof)]), in dependency order\n");
+  fprintf(out,
+          "# (struct, sizeof, [(field, ctypes type, array length or 0, offsetof, sizeof)]), in dependency order\n");
   fprintf(out, "STRUCTS = [\n");
   BEGIN(pooler_unique_id);
   ARRAY(pooler_unique_id, internal);

@@ -23,7 +23,8 @@
 #include "runtime/jit/device.hpp"
 #include "runtime/comm/nccl.hpp"
 
-static_assert(sizeof(pooler_unique_id) == sizeof(ncclUniqueId), "pooler_unique_id must be an ncclUniqueId byte for byte");
+static_assert(sizeof(pooler_unique_id) == sizeof(ncclUniqueId),
+              "pooler_unique_id must be an ncclUniqueId byte for byte");
 static_assert(sizeof(CUdeviceptr) == sizeof(std::uint64_t), "device addresses travel as uint64_t");
 static_assert(static_cast<int>(pooler::DType::bf16) == POOLER_DTYPE_BF16 &&
                   static_cast<int>(pooler::DType::f32) == POOLER_DTYPE_F32 &&
@@ -94,8 +95,8 @@ pooler_status guarded(const char* function, pooler_st* handle, Body&& body) noex
     return POOLER_OK;
   } catch (const pooler::PeerTimeout& error) {
     if (handle != nullptr) {
-      handle->timeout = pooler_peer_timeout_info{1, error.rank, error.missing_peer, error.layer, error.stage,
-                                                 error.elapsed_ns};
+      handle->timeout =
+          pooler_peer_timeout_info{1, error.rank, error.missing_peer, error.layer, error.stage, error.elapsed_ns};
     }
     set_error(function, error.what());
     return POOLER_PEER_TIMEOUT;
@@ -196,9 +197,7 @@ pooler::TensorView x_view(const pooler_st& handle, std::uint64_t x, int b) {
   return pooler::TensorView::matrix(x, pooler::DType::bf16, b, handle.pooler->options().hidden);
 }
 
-CUstream to_stream(void* stream) {
-  return static_cast<CUstream>(stream);
-}
+CUstream to_stream(void* stream) { return static_cast<CUstream>(stream); }
 
 // Problems that only the C layer sees (a NULL array, a negative count). They
 // must still fail on every rank rather than leave the others waiting in the
@@ -208,9 +207,10 @@ std::string structural_problems(const pooler_options& options) {
     return fmt::format("options->num_layers is {}; expected the number of layers (at least 1)", options.num_layers);
   }
   if (options.num_layers > 0 && options.layers == nullptr) {
-    return fmt::format("options->layers is NULL but options->num_layers is {}; expected an array of {} "
-                       "pooler_layer_desc",
-                       options.num_layers, options.num_layers);
+    return fmt::format(
+        "options->layers is NULL but options->num_layers is {}; expected an array of {} "
+        "pooler_layer_desc",
+        options.num_layers, options.num_layers);
   }
   if (options.num_batches < 0) {
     return fmt::format("options->num_batches is {}; expected the number of batch sizes (at least 1)",
@@ -253,31 +253,33 @@ pooler::PoolerOptions to_cpp(const pooler_options& c, int tp) {
 
 extern "C" {
 
-int pooler_abi_version(void) {
-  return POOLER_ABI_VERSION;
-}
+int pooler_abi_version(void) { return POOLER_ABI_VERSION; }
 
-const char* pooler_version(void) {
-  return POOLER_VERSION;
-}
+const char* pooler_version(void) { return POOLER_VERSION; }
 
 const char* pooler_status_name(pooler_status status) {
   switch (status) {
-    case POOLER_OK: return "POOLER_OK";
-    case POOLER_INVALID_ARGUMENT: return "POOLER_INVALID_ARGUMENT";
-    case POOLER_NO_DRIVER: return "POOLER_NO_DRIVER";
-    case POOLER_CUDA_ERROR: return "POOLER_CUDA_ERROR";
-    case POOLER_NCCL_ERROR: return "POOLER_NCCL_ERROR";
-    case POOLER_COMPILE_ERROR: return "POOLER_COMPILE_ERROR";
-    case POOLER_PEER_TIMEOUT: return "POOLER_PEER_TIMEOUT";
-    case POOLER_OTHER: return "POOLER_OTHER";
+    case POOLER_OK:
+      return "POOLER_OK";
+    case POOLER_INVALID_ARGUMENT:
+      return "POOLER_INVALID_ARGUMENT";
+    case POOLER_NO_DRIVER:
+      return "POOLER_NO_DRIVER";
+    case POOLER_CUDA_ERROR:
+      return "POOLER_CUDA_ERROR";
+    case POOLER_NCCL_ERROR:
+      return "POOLER_NCCL_ERROR";
+    case POOLER_COMPILE_ERROR:
+      return "POOLER_COMPILE_ERROR";
+    case POOLER_PEER_TIMEOUT:
+      return "POOLER_PEER_TIMEOUT";
+    case POOLER_OTHER:
+      return "POOLER_OTHER";
   }
   return "POOLER_UNKNOWN_STATUS";
 }
 
-const char* pooler_last_error(void) {
-  return t_error_is_oom ? g_out_of_memory : t_last_error.c_str();
-}
+const char* pooler_last_error(void) { return t_error_is_oom ? g_out_of_memory : t_last_error.c_str(); }
 
 pooler_status pooler_device_count(int* count) {
   return guarded("pooler_device_count", nullptr, [&] {
@@ -364,9 +366,10 @@ pooler_status pooler_comm_destroy(pooler_comm_t comm) {
       return;
     }
     if (const int alive = comm->poolers.load(); alive != 0) {
-      throw InvalidArgument(fmt::format("comm (rank {} of {}) still has {} Pooler(s) built on it; destroy them first "
-                                        "(pooler_destroy)",
-                                        comm->rank, comm->ranks, alive));
+      throw InvalidArgument(
+          fmt::format("comm (rank {} of {}) still has {} Pooler(s) built on it; destroy them first "
+                      "(pooler_destroy)",
+                      comm->rank, comm->ranks, alive));
     }
     delete comm;
   });
@@ -573,8 +576,8 @@ pooler_status pooler_form(pooler_t pooler, int index, const char** line) {
     require(line, "line", "a pointer to a const char* to receive the line");
     *line = nullptr;
     if (index < 0 || static_cast<std::size_t>(index) >= pooler->forms.size()) {
-      throw InvalidArgument(fmt::format("index is {}; expected 0 <= index < {} (pooler_form_count)", index,
-                                        pooler->forms.size()));
+      throw InvalidArgument(
+          fmt::format("index is {}; expected 0 <= index < {} (pooler_form_count)", index, pooler->forms.size()));
     }
     *line = pooler->forms[static_cast<std::size_t>(index)].c_str();
   });

@@ -30,19 +30,13 @@ namespace pooler {
 
 namespace {
 
-std::uint32_t bits(float value) {
-  return std::bit_cast<std::uint32_t>(value);
-}
+std::uint32_t bits(float value) { return std::bit_cast<std::uint32_t>(value); }
 
 // The norm constants a consumer form is compiled for.
 using NormKey = std::pair<std::uint32_t, std::uint32_t>;  // eps, gain center bits
-NormKey norm_key(const NormConstants& norm) {
-  return {bits(norm.eps), bits(norm.gain_center)};
-}
+NormKey norm_key(const NormConstants& norm) { return {bits(norm.eps), bits(norm.gain_center)}; }
 
-NormKey norm_key(const PoolerLayer& layer) {
-  return norm_key(NormConstants{layer.eps, layer.gain_center});
-}
+NormKey norm_key(const PoolerLayer& layer) { return norm_key(NormConstants{layer.eps, layer.gain_center}); }
 
 // PoolerOptions::one_round_trip_consumer, unless POOLER_CONSUMER (baseline or
 // one_round_trip) overrides it, for comparisons without a code change (as
@@ -75,7 +69,7 @@ struct Pooler::Impl {
   std::optional<MailboxState> state;
   DeviceBuffer shard, packed, scales, rows, normed;
   std::vector<std::unique_ptr<LoadedForm>> loaded;
-  std::vector<std::unique_ptr<PoolerGemm>> gemm_by_rows;  // index b; null where b is not compiled
+  std::vector<std::unique_ptr<PoolerGemm>> gemm_by_rows;   // index b; null where b is not compiled
   std::vector<std::unique_ptr<PoolerGemm>> fused_by_rows;  // the publishing GEMMs, when options.fuse_publish
   MailboxPeers peers{};
   std::optional<PublishLauncher> publisher;
@@ -122,8 +116,8 @@ void Pooler::Impl::validate_locally() {
   }
   for (int b : o.batches) {
     if (b < 1 || b > o.capacity || b > kMaxGemmRows) {
-      throw InvalidArgument(fmt::format("Pooler: batch {} must lie in [1, {}] (the capacity, and the GEMM's {} rows)", b,
-                                        std::min(o.capacity, kMaxGemmRows), kMaxGemmRows));
+      throw InvalidArgument(fmt::format("Pooler: batch {} must lie in [1, {}] (the capacity, and the GEMM's {} rows)",
+                                        b, std::min(o.capacity, kMaxGemmRows), kMaxGemmRows));
     }
   }
   if (o.spin_timeout.count() <= 0) {
@@ -157,7 +151,8 @@ std::string Pooler::Impl::configuration_text() const {
   text += fmt::format(" fuse_publish={} one_round_trip_consumer={}", o.fuse_publish, one_round_trip);
   text += fmt::format(" layers={}:", o.layers.size());
   for (const PoolerLayer& layer : o.layers) {
-    text += fmt::format("{}/{:08x}/{:08x};", layer.nvfp4() ? "nvfp4" : "bf16", bits(layer.eps), bits(layer.gain_center));
+    text +=
+        fmt::format("{}/{:08x}/{:08x};", layer.nvfp4() ? "nvfp4" : "bf16", bits(layer.eps), bits(layer.gain_center));
   }
   return text;
 }
@@ -178,8 +173,8 @@ void Pooler::Impl::agree_on_configuration(const std::string& local_error) {
   DeviceBuffer send(sizeof(Vote));
   DeviceBuffer receive(sizeof(Vote) * static_cast<std::size_t>(tp));
   send.upload(&mine, sizeof(mine));
-  check_nccl(ncclAllGather(reinterpret_cast<const void*>(send.get()), reinterpret_cast<void*>(receive.get()), sizeof(Vote),
-                           ncclUint8, comm, setup_stream->get()),
+  check_nccl(ncclAllGather(reinterpret_cast<const void*>(send.get()), reinterpret_cast<void*>(receive.get()),
+                           sizeof(Vote), ncclUint8, comm, setup_stream->get()),
              "ncclAllGather", fmt::format("Pooler rank {}: comparing configurations", rank), comm);
   setup_stream->synchronize();
   std::vector<Vote> votes(static_cast<std::size_t>(tp));
@@ -198,9 +193,10 @@ void Pooler::Impl::agree_on_configuration(const std::string& local_error) {
                                       fmt::join(invalid, ", ")));
   }
   if (!different.empty()) {
-    throw InvalidArgument(fmt::format("Pooler rank {}: rank(s) {} passed a different configuration than this rank ({}); "
-                                      "every rank must pass the same layers, batches, capacity, PDL, timeout, H and P",
-                                      rank, fmt::join(different, ", "), configuration_text()));
+    throw InvalidArgument(
+        fmt::format("Pooler rank {}: rank(s) {} passed a different configuration than this rank ({}); "
+                    "every rank must pass the same layers, batches, capacity, PDL, timeout, H and P",
+                    rank, fmt::join(different, ", "), configuration_text()));
   }
 }
 
@@ -376,9 +372,7 @@ int Pooler::device() const { return impl_->ordinal; }
 const PoolerOptions& Pooler::options() const { return impl_->options; }
 std::vector<std::string> Pooler::forms() const { return impl_->form_lines; }
 
-void Pooler::check() const {
-  impl_->check_usable();
-}
+void Pooler::check() const { impl_->check_usable(); }
 
 void Pooler::Impl::check_usable() const {
   if (failed) {
@@ -388,10 +382,11 @@ void Pooler::Impl::check_usable() const {
   if (record.flag != 0u) {
     failed = true;
     failure = state->describe_timeout();
-    throw PeerTimeout(fmt::format("Pooler: {}: rank {} did not publish within the spin timeout ({:.3f} s); this "
-                                  "Pooler refuses further calls until rebuilt",
-                                  failure, record.missing_peer, static_cast<double>(options.spin_timeout.count()) * 1e-9),
-                      record.rank, record.missing_peer, record.layer, record.stage, record.elapsed_ns);
+    throw PeerTimeout(
+        fmt::format("Pooler: {}: rank {} did not publish within the spin timeout ({:.3f} s); this "
+                    "Pooler refuses further calls until rebuilt",
+                    failure, record.missing_peer, static_cast<double>(options.spin_timeout.count()) * 1e-9),
+        record.rank, record.missing_peer, record.layer, record.stage, record.elapsed_ns);
   }
 }
 
@@ -404,11 +399,12 @@ const PoolerLayer& Pooler::Impl::layer_at(int layer, const char* call) const {
 
 const PoolerGemm& Pooler::Impl::gemm_for(int b, const char* call, CUstream stream) const {
   if (b < 1 || b > options.capacity || gemm_by_rows[static_cast<std::size_t>(b)] == nullptr) {
-    throw InvalidArgument(fmt::format("Pooler::{}: b = {} is not a compiled batch (compiled: {}; capacity {}){}", call, b,
-                                      fmt::join(options.batches, ", "), options.capacity,
-                                      is_capturing(stream) ? "; compiling during CUDA-graph capture is not possible: add it "
-                                                           "to options.batches"
-                                                         : ""));
+    throw InvalidArgument(fmt::format("Pooler::{}: b = {} is not a compiled batch (compiled: {}; capacity {}){}", call,
+                                      b, fmt::join(options.batches, ", "), options.capacity,
+                                      is_capturing(stream)
+                                          ? "; compiling during CUDA-graph capture is not possible: add it "
+                                            "to options.batches"
+                                          : ""));
   }
   return *gemm_by_rows[static_cast<std::size_t>(b)];
 }
@@ -481,8 +477,8 @@ ExpertInput Pooler::Impl::gather_to(int layer, int b, const ExpertInput& out, CU
     result.packed = out.packed;
     result.scales = out.scales;
   } else {
-    bf16_of_layer[static_cast<std::size_t>(layer)]->launch(stream, spec.norm_weight.data, rows.get(), out.normed.data, b,
-                                                           layer, options.enable_pdl);
+    bf16_of_layer[static_cast<std::size_t>(layer)]->launch(stream, spec.norm_weight.data, rows.get(), out.normed.data,
+                                                           b, layer, options.enable_pdl);
     result.normed = out.normed;
   }
   return result;
@@ -588,7 +584,8 @@ void Pooler::warm_up() {
   s.barrier("warm-up");
   std::map<std::pair<bool, NormKey>, int> first_of_kind;
   for (std::size_t i = 0; i < s.options.layers.size(); ++i) {
-    first_of_kind.emplace(std::make_pair(s.options.layers[i].nvfp4(), norm_key(s.options.layers[i])), static_cast<int>(i));
+    first_of_kind.emplace(std::make_pair(s.options.layers[i].nvfp4(), norm_key(s.options.layers[i])),
+                          static_cast<int>(i));
   }
   std::set<int> batches(s.options.batches.begin(), s.options.batches.end());
   DeviceBuffer zeros(static_cast<std::size_t>(*batches.rbegin()) * static_cast<std::size_t>(s.options.hidden) * 2);

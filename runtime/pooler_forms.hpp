@@ -34,23 +34,23 @@ struct PoolerConfig {
   std::vector<NormConstants> nvfp4_norms;  // one consumer form each
   std::vector<NormConstants> edge_norms;   // one BF16 consumer form each
   std::optional<PoolerGemmShape> gemm_shape;
-  bool stock = false;  // also the stock norm (per norm) and quantize forms, for tests and benchmarks
+  bool stock = false;        // also the stock norm (per norm) and quantize forms, for tests and benchmarks
   bool fuse_publish = true;  // also a publishing GEMM per batch (run() without a publish kernel), as Pooler does
   bool one_round_trip_consumer = false;  // the consumers' ConsumerVariant::one_round_trip forms
 };
 
 // The forms, in this order: a GEMM per batch (ascending, duplicates dropped),
-// when `fuse_publish` a publishing GEMM per batch, the publish, the NVFP4 consumers, the BF16 consumers (each in the order
-// given, duplicates dropped), then, when `stock`, a stock norm per distinct norm
-// and the stock quantize.
+// when `fuse_publish` a publishing GEMM per batch, the publish, the NVFP4 consumers, the BF16 consumers (each in the
+// order given, duplicates dropped), then, when `stock`, a stock norm per distinct norm and the stock quantize.
 struct PoolerForms {
   std::vector<Form> forms;
-  std::vector<int> batches;            // the GEMM of batches[i] is forms[i]
-  std::vector<GemmPlan> gemm_plans;    // its plan (shape validated once)
-  std::vector<GemmPlan> fused_plans;   // when fuse_publish: the publishing GEMM's
-  std::vector<NormConstants> nvfp4_norms;    // distinct
-  std::vector<NormConstants> edge_norms;     // distinct
-  std::size_t first_fused_gemm = 0;  // when fuse_publish: the publishing GEMM of batches[i] is forms[first_fused_gemm + i]
+  std::vector<int> batches;                // the GEMM of batches[i] is forms[i]
+  std::vector<GemmPlan> gemm_plans;        // its plan (shape validated once)
+  std::vector<GemmPlan> fused_plans;       // when fuse_publish: the publishing GEMM's
+  std::vector<NormConstants> nvfp4_norms;  // distinct
+  std::vector<NormConstants> edge_norms;   // distinct
+  std::size_t first_fused_gemm =
+      0;  // when fuse_publish: the publishing GEMM of batches[i] is forms[first_fused_gemm + i]
   std::size_t publish = 0, first_nvfp4 = 0, first_edge = 0, first_stock_norm = 0, stock_quantize = 0;
 };
 

@@ -11,17 +11,19 @@ namespace pooler {
 
 const char* to_string(DType dtype) {
   switch (dtype) {
-    case DType::bf16: return "BF16";
-    case DType::f32: return "FP32";
-    case DType::u8: return "U8";
-    case DType::e4m3: return "E4M3";
+    case DType::bf16:
+      return "BF16";
+    case DType::f32:
+      return "FP32";
+    case DType::u8:
+      return "U8";
+    case DType::e4m3:
+      return "E4M3";
   }
   return "?";
 }
 
-int element_bytes(DType dtype) {
-  return dtype == DType::f32 ? 4 : dtype == DType::bf16 ? 2 : 1;
-}
+int element_bytes(DType dtype) { return dtype == DType::f32 ? 4 : dtype == DType::bf16 ? 2 : 1; }
 
 TensorView TensorView::matrix(CUdeviceptr data, DType dtype, std::int64_t rows, std::int64_t cols) {
   TensorView view;
@@ -45,16 +47,14 @@ TensorView TensorView::vector(CUdeviceptr data, DType dtype, std::int64_t length
   return view;
 }
 
-bool TensorView::contiguous() const {
-  return dims == 1 ? stride[0] == 1 : (stride[1] == 1 && stride[0] == shape[1]);
-}
+bool TensorView::contiguous() const { return dims == 1 ? stride[0] == 1 : (stride[1] == 1 && stride[0] == shape[1]); }
 
 std::string TensorView::describe() const {
   if (dims == 1) {
     return fmt::format("{} [{}] stride [{}] at {:#x}", to_string(dtype), shape[0], stride[0], data);
   }
-  return fmt::format("{} [{}, {}] strides [{}, {}] at {:#x}", to_string(dtype), shape[0], shape[1], stride[0], stride[1],
-                     data);
+  return fmt::format("{} [{}, {}] strides [{}, {}] at {:#x}", to_string(dtype), shape[0], shape[1], stride[0],
+                     stride[1], data);
 }
 
 // Throws InvalidArgument unless `view` is a contiguous `dtype` tensor of `shape`
@@ -90,7 +90,8 @@ PoolerLayer pooler_layer(const TensorView& weight, const TensorView& norm_weight
     throw InvalidArgument(fmt::format("pooler weight is {}; expected a contiguous BF16 [P, H]", weight.describe()));
   }
   if (weight.data == 0 || weight.data % 16 != 0) {
-    throw InvalidArgument(fmt::format("pooler weight at {:#x}: expected a non-null, 16-byte aligned pointer", weight.data));
+    throw InvalidArgument(
+        fmt::format("pooler weight at {:#x}: expected a non-null, 16-byte aligned pointer", weight.data));
   }
   const std::int64_t pooled = weight.shape[0];
   const std::int64_t hidden = weight.shape[1];
@@ -103,8 +104,8 @@ PoolerLayer pooler_layer(const TensorView& weight, const TensorView& norm_weight
   }
   const std::int64_t shard = pooled / tp;
   PoolerLayer layer;
-  layer.weight = TensorView::matrix(weight.data + static_cast<CUdeviceptr>(rank * shard * hidden * 2), DType::bf16, shard,
-                                    hidden);
+  layer.weight =
+      TensorView::matrix(weight.data + static_cast<CUdeviceptr>(rank * shard * hidden * 2), DType::bf16, shard, hidden);
   layer.norm_weight = norm_weight;
   layer.eps = eps;
   layer.gain_center = gain_center;

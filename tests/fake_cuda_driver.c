@@ -22,9 +22,15 @@ static CUresult fake_driver_get_version(int* version) {
 static CUresult fake_get_error_name(CUresult status, const char** name) {
   if (name == NULL) return kInvalidValue;
   switch (status) {
-    case kNoDevice: *name = "CUDA_ERROR_NO_DEVICE"; return kSuccess;
-    case kNotInitialized: *name = "CUDA_ERROR_NOT_INITIALIZED"; return kSuccess;
-    default: *name = NULL; return kInvalidValue;
+    case kNoDevice:
+      *name = "CUDA_ERROR_NO_DEVICE";
+      return kSuccess;
+    case kNotInitialized:
+      *name = "CUDA_ERROR_NOT_INITIALIZED";
+      return kSuccess;
+    default:
+      *name = NULL;
+      return kInvalidValue;
   }
 }
 

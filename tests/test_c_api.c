@@ -30,12 +30,12 @@
 
 static int failures = 0;
 
-#define CHECK(condition)                                                           \
-  do {                                                                             \
-    if (!(condition)) {                                                            \
-      ++failures;                                                                  \
-      fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #condition);        \
-    }                                                                              \
+#define CHECK(condition)                                                   \
+  do {                                                                     \
+    if (!(condition)) {                                                    \
+      ++failures;                                                          \
+      fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #condition); \
+    }                                                                      \
   } while (0)
 
 /* The call must return `want` and the thread's message must contain `needle`. */
@@ -223,19 +223,17 @@ static int open_driver(cu_driver* driver) {
          RESOLVE(library, "cuMemFree_v2", free) && RESOLVE(library, "cuMemsetD8Async", memset8) &&
          RESOLVE(library, "cuMemsetD16Async", memset16) && RESOLVE(library, "cuMemsetD32Async", memset32) &&
          RESOLVE(library, "cuMemcpyDtoH_v2", download) && RESOLVE(library, "cuStreamCreate", stream_create) &&
-         RESOLVE(library, "cuStreamDestroy_v2", stream_destroy) &&
-         RESOLVE(library, "cuStreamSynchronize", stream_sync);
+         RESOLVE(library, "cuStreamDestroy_v2", stream_destroy) && RESOLVE(library, "cuStreamSynchronize", stream_sync);
 }
 
-#define CU(call)                                                                             \
-  do {                                                                                       \
-    cu_result cu_status_ = (call);                                                           \
-    if (cu_status_ != 0) {                                                                   \
-      fprintf(stderr, "FAIL %s:%d: %s returned CUDA error %d\n", __FILE__, __LINE__, #call, \
-              cu_status_);                                                                   \
-      ++failures;                                                                            \
-      return;                                                                                \
-    }                                                                                        \
+#define CU(call)                                                                                         \
+  do {                                                                                                   \
+    cu_result cu_status_ = (call);                                                                       \
+    if (cu_status_ != 0) {                                                                               \
+      fprintf(stderr, "FAIL %s:%d: %s returned CUDA error %d\n", __FILE__, __LINE__, #call, cu_status_); \
+      ++failures;                                                                                        \
+      return;                                                                                            \
+    }                                                                                                    \
   } while (0)
 
 enum { kHidden = 8192, kPooled = 4096, kRows = 8 };
@@ -265,8 +263,7 @@ static void expect_filled(const cu_driver* driver, const char* what, const poole
     if (value != expected) {
       if (wrong < 5) {
         fprintf(stderr, "FAIL: %s row %lu column %lu is 0x%x, expected 0x%x\n", what,
-                (unsigned long)(i / (size_t)tensor->cols), (unsigned long)(i % (size_t)tensor->cols), value,
-                expected);
+                (unsigned long)(i / (size_t)tensor->cols), (unsigned long)(i % (size_t)tensor->cols), value, expected);
       }
       ++wrong;
     }

@@ -32,9 +32,7 @@ namespace fs = std::filesystem;
 using testing::entry_files;
 using testing::ScratchDir;
 
-CacheLocation at(const std::string& directory) {
-  return CacheLocation{directory, true};
-}
+CacheLocation at(const std::string& directory) { return CacheLocation{directory, true}; }
 
 // A form no earlier run can have cached: a fresh random constant.
 Form fresh_form() {

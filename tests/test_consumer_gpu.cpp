@@ -131,8 +131,8 @@ struct TpForms {
 
 struct Suite : testing::LoopbackSuite {
   explicit Suite(int ordinal) : LoopbackSuite(ordinal) {
-    std::vector<Form> forms = mailbox_kernel_forms(kPooled, std::vector<int>(kTps.begin(), kTps.end()), kCapacity,
-                                                   kEps, kGainCenter);
+    std::vector<Form> forms =
+        mailbox_kernel_forms(kPooled, std::vector<int>(kTps.begin(), kTps.end()), kCapacity, kEps, kGainCenter);
     for (int tp : kTps) {
       forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip));
       forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip));
@@ -317,7 +317,8 @@ class Rig {
       loopback_.publish(stream(), r, shards_.get() + sz(r) * shard_bytes, b, pdl_);
     }
     if (kind == Kind::nvfp4) {
-      loopback_.nvfp4().launch(stream(), weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer, pdl_);
+      loopback_.nvfp4().launch(stream(), weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer,
+                               pdl_);
     } else {
       loopback_.bf16().launch(stream(), weight_.get(), rows_.get(), normed_.get(), b, layer, pdl_);
     }
@@ -326,7 +327,8 @@ class Rig {
 
   void poison_outputs(std::uint8_t fused, std::uint8_t stock) {
     for (const DeviceBuffer* buffer : {&packed_, &scales_, &rows_, &normed_}) poison(*buffer, fused, stream());
-    for (const DeviceBuffer* buffer : {&stock_packed_, &stock_scales_, &stock_normed_}) poison(*buffer, stock, stream());
+    for (const DeviceBuffer* buffer : {&stock_packed_, &stock_scales_, &stock_normed_})
+      poison(*buffer, stock, stream());
   }
 
   // The stock path on the host-gathered rows: norm (and quantize for NVFP4).
@@ -451,8 +453,9 @@ void compare_nvfp4(const CallOutputs& out, const Bf16s* gathered, Mismatches& m)
         continue;
       }
       m.note("row " + std::to_string(row) + " column " + std::to_string(column) + ": code " + hex(fused, 1) +
-             ", stock " + hex(stock, 1) + " (block scale " + hex(out.scales[sz(row) * sz(kBlocks) + sz(column / 16)], 2) +
-             ", stock " + hex(out.stock_scales[sz(row) * sz(kBlocks) + sz(column / 16)], 2) + ")" +
+             ", stock " + hex(stock, 1) + " (block scale " +
+             hex(out.scales[sz(row) * sz(kBlocks) + sz(column / 16)], 2) + ", stock " +
+             hex(out.stock_scales[sz(row) * sz(kBlocks) + sz(column / 16)], 2) + ")" +
              (gathered ? ", input " + hex((*gathered)[sz(row) * sz(kPooled) + sz(column)], 4) : std::string()));
     }
   }
@@ -477,7 +480,8 @@ void compare_bf16(const char* what, const Bf16s& got, const Bf16s& expected, int
 // Every check of one call that holds for any input: fused == stock (with the zero-sign
 // exception where `zero_sign` is set), the BF16 rows == the gathered rows with -0.0 made
 // +0.0, nothing written past b. Returns the zero-sign flips seen.
-int expect_call_matches_stock(const CallOutputs& out, const CallInputs& in, bool zero_sign, const std::string& context) {
+int expect_call_matches_stock(const CallOutputs& out, const CallInputs& in, bool zero_sign,
+                              const std::string& context) {
   const Bf16s* gathered = zero_sign ? &in.gathered : nullptr;
   Mismatches m;
   if (out.kind == Kind::nvfp4) {
@@ -623,9 +627,10 @@ TEST_P(ConsumerGpu, Nvfp4ConsumerMatchesStockAndReference) {
       expect_close_to_reference(out, in, rig, counts, where);
       if (HasFailure()) return;
     }
-    std::cout << "[ reference ] " << (context(tp) + setup.label()) << ": y " << counts.y_differing << " / " << counts.y_elements
-              << " differ by one BF16 ulp; scales " << counts.scales_differing << " / " << counts.scales
-              << " and codes " << counts.codes_differing << " / " << counts.codes << " differ by one step\n";
+    std::cout << "[ reference ] " << (context(tp) + setup.label()) << ": y " << counts.y_differing << " / "
+              << counts.y_elements << " differ by one BF16 ulp; scales " << counts.scales_differing << " / "
+              << counts.scales << " and codes " << counts.codes_differing << " / " << counts.codes
+              << " differ by one step\n";
     // The approximate rsqrt / rcp explain rare one-step differences, not many.
     EXPECT_LE(counts.y_differing * 200, counts.y_elements) << (context(tp) + setup.label());
     EXPECT_LE(counts.scales_differing * 200, counts.scales) << (context(tp) + setup.label());
@@ -765,8 +770,8 @@ TEST_P(ConsumerGpu, SpecialValues) {
     for (float gs : {realistic, 1e6f, 1e-7f}) {
       rig.set_global_scale(gs);
       for (Kind kind : {Kind::nvfp4, Kind::bf16}) {
-        const std::string where = (context(tp) + setup.label()) + ", " + to_string(kind) + ", global scale " + shortest(gs) +
-                                  "; rows:" + names.str();
+        const std::string where = (context(tp) + setup.label()) + ", " + to_string(kind) + ", global scale " +
+                                  shortest(gs) + "; rows:" + names.str();
         const CallInputs in = rig.inputs_from_rows(random_, rows);
         const CallOutputs out = rig.call(in, kind, random_);
         ASSERT_FALSE(rig.state().timed_out()) << where << ": " << rig.state().describe_timeout();
@@ -782,11 +787,13 @@ TEST_P(ConsumerGpu, SpecialValues) {
             if (kind == Kind::nvfp4) {
               const unsigned code = (out.packed[r * sz(kPooled / 2) + sz(c / 2)] >> ((c % 2) * 4)) & 0xFu;
               if (c % 16 == 0) {
-                ASSERT_EQ(out.scales[r * sz(kBlocks) + sz(c / 16)], 0x7F) << where << ", row " << r << " block " << c / 16;
+                ASSERT_EQ(out.scales[r * sz(kBlocks) + sz(c / 16)], 0x7F)
+                    << where << ", row " << r << " block " << c / 16;
               }
               ASSERT_EQ(code, 0x7u) << where << ", row " << r << " column " << c;
             } else {
-              ASSERT_TRUE(bf16_is_nan(out.normed[r * sz(kPooled) + sz(c)])) << where << ", row " << r << " column " << c;
+              ASSERT_TRUE(bf16_is_nan(out.normed[r * sz(kPooled) + sz(c)]))
+                  << where << ", row " << r << " column " << c;
             }
           }
         }
@@ -833,8 +840,8 @@ TEST_P(ConsumerGpu, ChangingBatchOverManyCalls) {
       const int b = choice == 0 ? 1 : choice == 1 ? kCapacity : choice == 2 ? previous_b : any_b(random_);
       previous_b = b;
       const Kind kind = std::bernoulli_distribution(0.5)(random_) ? Kind::nvfp4 : Kind::bf16;
-      const std::string where = (context(tp) + setup.label()) + ", call " + std::to_string(n) + ", b " + std::to_string(b) + ", " +
-                                to_string(kind);
+      const std::string where = (context(tp) + setup.label()) + ", call " + std::to_string(n) + ", b " +
+                                std::to_string(b) + ", " + to_string(kind);
       const CallInputs in = rig.random_inputs(random_, b);
       const CallOutputs out = rig.call(in, kind, random_, n);
       ASSERT_FALSE(rig.state().timed_out()) << where << ": " << rig.state().describe_timeout();

@@ -206,8 +206,7 @@ bool read_succeeds(std::span<const unsigned char> cubin) {
   }
   try {
     cubin_architecture(cubin);
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   return read;
 }
 
@@ -293,10 +292,14 @@ TEST_P(CubinElf, RandomBitFlipsThrowOrRead) {
   std::mt19937 random(20240611);
   auto position = [&]() -> std::size_t {
     switch (random() % 4) {
-      case 0: return random() % sizeof header;
-      case 1: return header.e_shoff + random() % table_size;
-      case 2: return random() % std::min<std::size_t>(original.size(), 4096);
-      default: return random() % original.size();
+      case 0:
+        return random() % sizeof header;
+      case 1:
+        return header.e_shoff + random() % table_size;
+      case 2:
+        return random() % std::min<std::size_t>(original.size(), 4096);
+      default:
+        return random() % original.size();
     }
   };
   int read = 0;
@@ -341,8 +344,7 @@ TEST(CubinElfMalformed, MessagesNameTheFault) {
             std::string::npos);
   EXPECT_NE(error_of(patched(EI_CLASS, &elf32, 1)).find("not an ELF64 file"), std::string::npos);
   EXPECT_NE(error_of(patched(EI_DATA, &big_endian, 1)).find("not a little-endian"), std::string::npos);
-  EXPECT_NE(error_of(patched(offsetof(Elf64_Ehdr, e_machine), &x86_64, 2)).find("not a CUDA cubin"),
-            std::string::npos);
+  EXPECT_NE(error_of(patched(offsetof(Elf64_Ehdr, e_machine), &x86_64, 2)).find("not a CUDA cubin"), std::string::npos);
   EXPECT_NE(error_of(patched(offsetof(Elf64_Ehdr, e_shoff), &past_the_end, 8)).find("section header table"),
             std::string::npos);
   EXPECT_NE(error_of(patched(offsetof(Elf64_Ehdr, e_shnum), &huge_count, 2)).find("truncated section header table"),

@@ -183,8 +183,8 @@ TEST_F(CubinTool, SassNeverWritesThroughAPlantedSymlink) {
   long last_pid = 0;
   std::ifstream("/proc/sys/kernel/ns_last_pid") >> last_pid;
   for (long pid = last_pid + 1; pid < last_pid + 400; ++pid) {
-    std::filesystem::create_symlink(victim, tmp / ("pooler-cubin-" + entry_->key.substr(0, 12) + "-" +
-                                                   std::to_string(pid) + ".cubin"));
+    std::filesystem::create_symlink(
+        victim, tmp / ("pooler-cubin-" + entry_->key.substr(0, 12) + "-" + std::to_string(pid) + ".cubin"));
   }
   // A stand-in disassembler that reports the file it was given.
   const std::string fake = bin / "nvdisasm";
@@ -195,8 +195,7 @@ TEST_F(CubinTool, SassNeverWritesThroughAPlantedSymlink) {
   const auto result = run_process({POOLER_CUBIN_TOOL, "--cache-dir", dir_.path(), "sass", entry_->key},
                                   {{"TMPDIR", tmp.path()}, {"PATH", bin.path() + ":/usr/bin:/bin"}});
   EXPECT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_NE(result.output.find("fake nvdisasm: " + std::to_string(entry_->cubin.size()) + " bytes"),
-            std::string::npos)
+  EXPECT_NE(result.output.find("fake nvdisasm: " + std::to_string(entry_->cubin.size()) + " bytes"), std::string::npos)
       << result.output;
   std::ifstream file(victim);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()), "secret");

@@ -64,8 +64,7 @@ TEST(FailingDriver, ThreadsOpeningItAtOnceNeitherAbortNorHang) {
     std::vector<std::thread> threads;
     for (int i = 0; i < 4; ++i) {
       threads.emplace_back([&, i] {
-        while (!go.load()) {
-        }
+        while (!go.load()) {}
         if (i % 2 == 0) {
           bad += driver_available() ? 1 : 0;
         } else {

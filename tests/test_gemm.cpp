@@ -98,7 +98,7 @@ TEST_P(GemmForms, EveryModelFormCompilesWithoutLocalMemory) {
   for (std::size_t i = 0; i < lookups.size(); ++i) {
     const Case& c = cases[i];
     SCOPED_TRACE(::testing::Message() << forms[i].name() << " " << forms[i].describe_constants() << " for "
-                                    << architecture);
+                                      << architecture);
     const int registers =
         expect_gemm_kernel(*lookups[i].entry, architecture, c.shape, kPoolerGemmEntry, kPoolerGemmPublishEntry);
     registers_by_n[c.n] += " " + std::to_string(registers) + (c.shape.ctas_per_sm == 1 ? "*" : "");
@@ -157,14 +157,14 @@ TEST_P(GemmPublishForms, EveryModelFormCompilesWithoutLocalMemory) {
   for (std::size_t i = 0; i < lookups.size(); ++i) {
     const Case& c = cases[i];
     SCOPED_TRACE(::testing::Message() << forms[i].name() << " " << forms[i].describe_constants() << " for "
-                                    << architecture);
+                                      << architecture);
     const int registers =
         expect_gemm_kernel(*lookups[i].entry, architecture, c.shape, kPoolerGemmPublishEntry, kPoolerGemmEntry);
     registers_by_tp[c.tp] += " " + std::to_string(registers) + (c.shape.ctas_per_sm == 1 ? "*" : "");
   }
   for (const auto& [tp, line] : registers_by_tp) {
-    std::printf("[ registers ] %s publish tp=%d N=%d K=%d rows 1..16,32 (* one CTA per SM):%s\n",
-                architecture.c_str(), tp, kPooled / tp, kHidden, line.c_str());
+    std::printf("[ registers ] %s publish tp=%d N=%d K=%d rows 1..16,32 (* one CTA per SM):%s\n", architecture.c_str(),
+                tp, kPooled / tp, kHidden, line.c_str());
   }
 }
 

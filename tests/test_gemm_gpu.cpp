@@ -44,7 +44,7 @@ namespace {
 using Bits = std::vector<std::uint16_t>;
 
 constexpr int kHidden = 8192;
-constexpr int kReferenceRows = 32;  // rows are independent: one reference serves every batch
+constexpr int kReferenceRows = 32;         // rows are independent: one reference serves every batch
 constexpr std::uint16_t kPoison = 0xFFFF;  // what fill_bytes(0xFF) leaves: a NaN no output can be
 const double kCancellationAllowance = std::ldexp(1.0, -20);
 
@@ -183,8 +183,7 @@ class GemmGpu : public ::testing::Test {
   }
 
   // One loaded GEMM per (rows, shape), compiled together.
-  std::vector<PoolerGemm> load(const std::vector<int>& rows, int n, int k,
-                               const std::vector<PoolerGemmShape>& shapes) {
+  std::vector<PoolerGemm> load(const std::vector<int>& rows, int n, int k, const std::vector<PoolerGemmShape>& shapes) {
     std::vector<Form> forms;
     for (std::size_t i = 0; i < rows.size(); ++i) forms.push_back(pooler_gemm_form(rows[i], n, k, shapes[i]));
     const std::vector<Lookup> lookups = cache_->get_all(forms, architecture_);
@@ -414,8 +413,8 @@ TEST_F(GemmGpu, TraceFormsRecordEveryCtaInOrderAndKeepTheBits) {
         earliest_wait = std::min(earliest_wait, r.ns[GemmTrace::kWaited]);
         latest_done = std::max(latest_done, r.ns[GemmTrace::kDone]);
       }
-      EXPECT_GE(earliest_wait, previous_done) << what << ": launch " << launch << "'s wait ended before launch "
-                                              << launch - 1 << " was done";
+      EXPECT_GE(earliest_wait, previous_done)
+          << what << ": launch " << launch << "'s wait ended before launch " << launch - 1 << " was done";
       previous_done = latest_done;
     }
   }

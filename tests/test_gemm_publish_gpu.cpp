@@ -132,11 +132,20 @@ Bits make_weights(std::mt19937_64& random, int n) {
   for (int row = 0; row < n; ++row) {
     std::uint16_t fill = 0;
     switch (row % 61) {
-      case 7: fill = static_cast<std::uint16_t>(kTinyW | 0x8000); break;
-      case 19: fill = kTinyW; break;
-      case 31: fill = 0x8000; break;
-      case 43: fill = 0x0000; break;
-      default: continue;
+      case 7:
+        fill = static_cast<std::uint16_t>(kTinyW | 0x8000);
+        break;
+      case 19:
+        fill = kTinyW;
+        break;
+      case 31:
+        fill = 0x8000;
+        break;
+      case 43:
+        fill = 0x0000;
+        break;
+      default:
+        continue;
     }
     std::fill_n(w.begin() + static_cast<std::ptrdiff_t>(sz(row) * sz(kHidden)), kHidden, fill);
   }
@@ -166,8 +175,8 @@ Bits make_x(std::mt19937_64& random, int b, Inputs inputs) {
 struct TpSetup {
   int tp = 0, n = 0;
   std::map<int, std::unique_ptr<PoolerGemm>> fused, plain;  // by b
-  std::optional<LoadedForm> publish, nvfp4[2];  // nvfp4[v]: the consumer of kVariants[v]
-  std::vector<DeviceBuffer> w;  // per rank, [n, K]
+  std::optional<LoadedForm> publish, nvfp4[2];              // nvfp4[v]: the consumer of kVariants[v]
+  std::vector<DeviceBuffer> w;                              // per rank, [n, K]
 };
 
 struct Suite : testing::LoopbackSuite {
@@ -257,8 +266,7 @@ class Rig {
         plain_(std::make_unique<Path>(layout_, forms, stream_.get())) {
     for (Path* path : {fused_.get(), plain_.get()}) {
       path->consumer.emplace(*forms.nvfp4[variant == ConsumerVariant::baseline ? 0 : 1], layout_, kConsumerRank,
-                             path->state.binding(path->mailbox.get()),
-                             kTimeoutNs);
+                             path->state.binding(path->mailbox.get()), kTimeoutNs);
     }
     for (int r = 0; r < forms.tp; ++r) {
       publishers_.emplace_back(*forms.publish, layout_, r, plain_->peers, plain_->state.state());
@@ -288,8 +296,8 @@ class Rig {
       gemm.launch_publish(stream(), x_.get(), setup_.w[sz(r)].get(), fused_->c[sz(r)].get(), fused_->peers,
                           fused_->state.state(), r, pdl_);
     }
-    fused_->consumer->launch(stream(), weight_.get(), global_scale_.get(), fused_->packed.get(),
-                             fused_->scales.get(), b, layer, pdl_);
+    fused_->consumer->launch(stream(), weight_.get(), global_scale_.get(), fused_->packed.get(), fused_->scales.get(),
+                             b, layer, pdl_);
   }
 
   void enqueue_plain(int b, int layer) {
@@ -298,8 +306,8 @@ class Rig {
       gemm.launch(stream(), x_.get(), setup_.w[sz(r)].get(), plain_->c[sz(r)].get(), pdl_);
       publishers_[sz(r)].launch(stream(), plain_->c[sz(r)].get(), b, pdl_);
     }
-    plain_->consumer->launch(stream(), weight_.get(), global_scale_.get(), plain_->packed.get(),
-                             plain_->scales.get(), b, layer, pdl_);
+    plain_->consumer->launch(stream(), weight_.get(), global_scale_.get(), plain_->packed.get(), plain_->scales.get(),
+                             b, layer, pdl_);
   }
 
   void poison_fused() { fused_->poison(kFusedPoison, stream()); }
@@ -420,8 +428,8 @@ long long expect_call_agrees(const Rig& rig, const CallResult& call, const std::
       }
     }
   }
-  EXPECT_EQ(c_mismatch.count, 0) << where << ": c of the fused GEMM differs from the plain GEMM's:"
-                                 << c_mismatch.first.str();
+  EXPECT_EQ(c_mismatch.count, 0) << where
+                                 << ": c of the fused GEMM differs from the plain GEMM's:" << c_mismatch.first.str();
 
   // The consumer's outputs.
   auto compare_bytes = [&](const char* what, const Bytes& f, const Bytes& p, std::size_t per_row) {
@@ -468,8 +476,8 @@ long long expect_call_agrees(const Rig& rig, const CallResult& call, const std::
       }
     }
   }
-  EXPECT_EQ(equal.count, 0) << where << ": the mailboxes differ (call in stage " << call.stage << "):"
-                            << equal.first.str();
+  EXPECT_EQ(equal.count, 0) << where << ": the mailboxes differ (call in stage " << call.stage
+                            << "):" << equal.first.str();
   EXPECT_EQ(expected.count, 0) << where << ": the fused path's mailbox after the call (stage " << call.stage
                                << "):" << expected.first.str();
 
@@ -496,8 +504,8 @@ TEST_P(GemmPublishGpu, FusedPublishMatchesTheExistingPath) {
       Rig rig(suite().by_tp.at(tp), pdl(), random_, variant);
       for (int b : kBatches) {
         for (Inputs inputs : {Inputs::random, Inputs::negative_zeros}) {
-          const std::string where = context(tp) + ", consumer " + to_string(variant) + ", b " + std::to_string(b) +
-                                    ", " + to_string(inputs);
+          const std::string where =
+              context(tp) + ", consumer " + to_string(variant) + ", b " + std::to_string(b) + ", " + to_string(inputs);
           rig.set_x(make_x(random_, b, inputs));
           const CallResult call = rig.call(b, b);
           const long long zeros = expect_call_agrees(rig, call, where);
@@ -549,7 +557,8 @@ TEST_P(GemmPublishGpu, GraphReplay) {
   for (ConsumerVariant variant : kVariants) {
     for (int tp : {2, 8}) {
       constexpr int kB = 8;
-      const std::string where = context(tp) + ", consumer " + to_string(variant) + ", b " + std::to_string(kB) + ", graph";
+      const std::string where =
+          context(tp) + ", consumer " + to_string(variant) + ", b " + std::to_string(kB) + ", graph";
       Rig rig(suite().by_tp.at(tp), pdl(), random_, variant);
       rig.set_x(make_x(random_, kB, Inputs::negative_zeros));
       expect_call_agrees(rig, rig.call(kB, 0), where + ", eager call");

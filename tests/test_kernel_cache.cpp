@@ -20,12 +20,10 @@
 namespace pooler {
 namespace {
 
-using testing::ScratchDir;
 using testing::entry_files;
+using testing::ScratchDir;
 
-CacheLocation at(const std::string& directory) {
-  return CacheLocation{directory, true};
-}
+CacheLocation at(const std::string& directory) { return CacheLocation{directory, true}; }
 
 // A form no earlier run can have cached: a fresh random constant.
 Form fresh_form() {
@@ -300,8 +298,9 @@ TEST(Compiler, TemplateDirFromTheEnvironmentOverridesTheEmbeddedOnes) {
   ScratchDir templates;
   std::ofstream(templates / "sample.cu") << "extern \"C\" __global__ void k() { undefined_symbol(); }\n";
   ScratchDir dir;
-  const auto result = testing::run_process({POOLER_CUBIN_TOOL, "--cache-dir", dir.path(), "build", "--sample", "--arch", "sm_90"},
-                                           {{"POOLER_TEMPLATE_DIR", templates.path()}});
+  const auto result =
+      testing::run_process({POOLER_CUBIN_TOOL, "--cache-dir", dir.path(), "build", "--sample", "--arch", "sm_90"},
+                           {{"POOLER_TEMPLATE_DIR", templates.path()}});
   EXPECT_EQ(result.exit_code, 1) << result.output;
   EXPECT_NE(result.output.find("undefined_symbol"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("--- specialized source ---"), std::string::npos) << result.output;

@@ -40,13 +40,11 @@ TEST(NoDriver, GpuCallsFailWithOneClearError) {
     try {
       device_count();
       bad += 1;
-    } catch (const NoDriverError&) {
-    }
+    } catch (const NoDriverError&) {}
     try {
       DeviceBuffer buffer(16);
       bad += 1;
-    } catch (const NoDriverError&) {
-    }
+    } catch (const NoDriverError&) {}
     return bad;
   });
   EXPECT_EQ(failures, 0);
@@ -67,7 +65,8 @@ TEST(NoDriver, CompilationAndCachingStillWork) {
 TEST(NoDriver, TheCubinToolRunsWithoutADriver) {
   testing::ScratchDir dir;
   const std::map<std::string, std::string> no_driver = {{"POOLER_CUDA_DRIVER", "/nonexistent/libcuda.so.1"}};
-  auto built = testing::run_process({POOLER_CUBIN_TOOL, "--cache-dir", dir.path(), "build", "--sample", "--arch", "sm_90"}, no_driver);
+  auto built = testing::run_process(
+      {POOLER_CUBIN_TOOL, "--cache-dir", dir.path(), "build", "--sample", "--arch", "sm_90"}, no_driver);
   EXPECT_EQ(built.exit_code, 0) << built.output;
   auto listed = testing::run_process({POOLER_CUBIN_TOOL, "--cache-dir", dir.path(), "list"}, no_driver);
   EXPECT_EQ(listed.exit_code, 0) << listed.output;

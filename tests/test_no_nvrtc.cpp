@@ -82,8 +82,9 @@ TEST(NoNvrtc, ItIsANoDriverErrorToo) {
 
 TEST(NoNvrtc, TheCubinToolSaysWhatIsMissing) {
   testing::ScratchDir dir;
-  auto built = testing::run_process({POOLER_CUBIN_TOOL, "--cache-dir", dir.path(), "build", "--sample", "--arch", "sm_90"},
-                                    {{"POOLER_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so.13"}});
+  auto built =
+      testing::run_process({POOLER_CUBIN_TOOL, "--cache-dir", dir.path(), "build", "--sample", "--arch", "sm_90"},
+                           {{"POOLER_NVRTC_LIBRARY", "/nonexistent/libnvrtc.so.13"}});
   EXPECT_NE(built.exit_code, 0) << built.output;
   EXPECT_NE(built.output.find("no NVRTC"), std::string::npos) << built.output;
 }

@@ -36,21 +36,17 @@ void expect_bf16(std::uint32_t input_bits, std::uint16_t expected) {
 void expect_e4m3(float x, std::uint8_t expected) {
   EXPECT_EQ(pooler::float_to_e4m3_satfinite_rn(x), expected)
       << std::hex << "numerics, input 0x" << to_bits(x) << " (" << x << ")";
-  EXPECT_EQ(ref::ref_e4m3_encode(x), expected)
-      << std::hex << "reference, input 0x" << to_bits(x) << " (" << x << ")";
+  EXPECT_EQ(ref::ref_e4m3_encode(x), expected) << std::hex << "reference, input 0x" << to_bits(x) << " (" << x << ")";
 }
 
 void expect_e2m1(float x, std::uint8_t expected) {
   EXPECT_EQ(pooler::float_to_e2m1_satfinite_rn(x), expected)
       << std::hex << "numerics, input 0x" << to_bits(x) << " (" << x << ")";
-  EXPECT_EQ(ref::ref_e2m1_encode(x), expected)
-      << std::hex << "reference, input 0x" << to_bits(x) << " (" << x << ")";
+  EXPECT_EQ(ref::ref_e2m1_encode(x), expected) << std::hex << "reference, input 0x" << to_bits(x) << " (" << x << ")";
 }
 
 // Same float bits, or both NaN (NaN payloads are not part of the contract).
-bool same_value(float a, float b) {
-  return (std::isnan(a) && std::isnan(b)) || to_bits(a) == to_bits(b);
-}
+bool same_value(float a, float b) { return (std::isnan(a) && std::isnan(b)) || to_bits(a) == to_bits(b); }
 
 std::vector<std::uint16_t> to_bf16(const std::vector<float>& values) {
   std::vector<std::uint16_t> out;
@@ -155,7 +151,7 @@ TEST(Bf16, RoundTripOfEveryBf16) {
 TEST(E4m3, Subnormals) {
   const float step = std::ldexp(1.0f, -9);
   expect_e4m3(step, 0x01);
-  expect_e4m3(0.5f * step, 0x00);           // tie between 0 and 1: even 0
+  expect_e4m3(0.5f * step, 0x00);  // tie between 0 and 1: even 0
   expect_e4m3(std::nextafter(0.5f * step, 1.0f), 0x01);
   expect_e4m3(1.5f * step, 0x02);           // tie between 1 and 2: even 2
   expect_e4m3(2.5f * step, 0x02);           // tie between 2 and 3: even 2
@@ -305,8 +301,8 @@ TEST(Exhaustive, E2m1EncodeAllFloats) {
 // ---- the reference's operations ------------------------------------------------------
 
 TEST(ReferenceGemm, SmallByHand) {
-  const auto x = to_bf16({1.0f, 2.0f, 0.5f, -1.0f});                  // [2, 2]
-  const auto w = to_bf16({3.0f, 4.0f, 1.0f, 1.0f, -2.0f, 0.25f});     // [3, 2]
+  const auto x = to_bf16({1.0f, 2.0f, 0.5f, -1.0f});               // [2, 2]
+  const auto w = to_bf16({3.0f, 4.0f, 1.0f, 1.0f, -2.0f, 0.25f});  // [3, 2]
   const std::vector<float> c = ref::gemm(x.data(), w.data(), 2, 3, 2);
   const std::vector<float> expected = {11.0f, 3.0f, -1.5f, -2.5f, -0.5f, -1.25f};
   EXPECT_EQ(c, expected);
@@ -340,25 +336,25 @@ TEST(ReferenceNvfp4, ExactCodes) {
   // Block 0: amax 6, global scale 2 -> sf = 2 * (6 * (1/6)) = 2 (0x40), out scale 1.
   // Block 1: amax 12 -> sf = 4 (0x48), out scale 0.5: ties land on even codes.
   const auto y = to_bf16({
-      0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,            //
-      -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f, -0.0f,    //
-      0.5f, 1.5f, 2.5f, 3.5f, 5.0f, 7.0f, 10.0f, 12.0f,          //
-      -12.0f, 11.0f, 9.0f, 0.25f, -0.5f, 1.0f, 2.0f, 6.0f,       //
+      0.0f,   0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,   //
+      -0.5f,  -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f, -0.0f,  //
+      0.5f,   1.5f,  2.5f,  3.5f,  5.0f,  7.0f,  10.0f, 12.0f,  //
+      -12.0f, 11.0f, 9.0f,  0.25f, -0.5f, 1.0f,  2.0f,  6.0f,   //
   });
   const ref::Nvfp4 q = ref::nvfp4_quantize(y.data(), 1, 32, 2.0f);
   EXPECT_EQ(q.scales, (std::vector<std::uint8_t>{0x40, 0x48}));
-  EXPECT_EQ(q.packed, (std::vector<std::uint8_t>{0x10, 0x32, 0x54, 0x76, 0xA9, 0xCB, 0xED, 0x8F,
-                                                 0x20, 0x42, 0x64, 0x76, 0x7F, 0x06, 0x18, 0x52}));
+  EXPECT_EQ(q.packed, (std::vector<std::uint8_t>{0x10, 0x32, 0x54, 0x76, 0xA9, 0xCB, 0xED, 0x8F, 0x20, 0x42, 0x64, 0x76,
+                                                 0x7F, 0x06, 0x18, 0x52}));
 }
 
 TEST(ReferenceNvfp4, ZeroNaNAndSaturatedBlocks) {
   std::vector<float> values(64, 0.0f);
-  values[1] = -0.0f;                                               // block 0: zeros
+  values[1] = -0.0f;  // block 0: zeros
   for (int j = 16; j < 32; ++j) values[static_cast<std::size_t>(j)] = 1.0f;
-  values[16] = kNaN;                                               // block 1: NaN skipped
+  values[16] = kNaN;  // block 1: NaN skipped
   values[17] = 6.0f;
-  for (int j = 32; j < 48; ++j) values[static_cast<std::size_t>(j)] = kNaN;  // block 2: all NaN
-  for (int j = 48; j < 64; ++j) values[static_cast<std::size_t>(j)] = 1e30f; // block 3: huge
+  for (int j = 32; j < 48; ++j) values[static_cast<std::size_t>(j)] = kNaN;   // block 2: all NaN
+  for (int j = 48; j < 64; ++j) values[static_cast<std::size_t>(j)] = 1e30f;  // block 3: huge
   const auto y = to_bf16(values);
   const ref::Nvfp4 q = ref::nvfp4_quantize(y.data(), 1, 64, 2.0f);
   EXPECT_EQ(q.scales, (std::vector<std::uint8_t>{0x00, 0x40, 0x7F, 0x7E}));

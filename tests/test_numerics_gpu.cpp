@@ -49,7 +49,8 @@ TEST_F(NumericsGpu, SoftwareConversionsEqualTheHardwareOnAllFloats) {
   unsigned host_first[3];
   counts.download(host_counts, sizeof(host_counts));
   first.download(host_first, sizeof(host_first));
-  const char* names[3] = {"bf16 (cvt.rn.bf16.f32)", "e4m3 (cvt.rn.satfinite.e4m3x2.f32)", "e2m1 (cvt.rn.satfinite.e2m1x2.f32)"};
+  const char* names[3] = {"bf16 (cvt.rn.bf16.f32)", "e4m3 (cvt.rn.satfinite.e4m3x2.f32)",
+                          "e2m1 (cvt.rn.satfinite.e2m1x2.f32)"};
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(host_counts[i], 0u) << names[i] << ": " << host_counts[i] << " inputs differ, the first 0x" << std::hex
                                   << host_first[i];

@@ -33,10 +33,11 @@ TEST(PoolerBench, HelpListsTheFlags) {
   const auto result = bench({"--help"});
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("usage: pooler-bench"), std::string::npos) << result.output;
-  for (const char* flag : {"--hidden", "--pooled", "--layers", "--edge-layers", "--eps", "--gain-center", "--tp",
-                           "--batches", "--capacity", "--no-pdl", "--seed", "--weight-std", "--x-std", "--norm-std",
-                           "--calibration-rows", "--warmup", "--replays", "--read-gb", "--quick", "--no-cold",
-                           "--timeout", "--json", "--cache-dir", "--arch"}) {
+  for (const char* flag :
+       {"--hidden", "--pooled",   "--layers",           "--edge-layers", "--eps",       "--gain-center",
+        "--tp",     "--batches",  "--capacity",         "--no-pdl",      "--seed",      "--weight-std",
+        "--x-std",  "--norm-std", "--calibration-rows", "--warmup",      "--replays",   "--read-gb",
+        "--quick",  "--no-cold",  "--timeout",          "--json",        "--cache-dir", "--arch"}) {
     EXPECT_NE(result.output.find(std::string("  ") + flag), std::string::npos) << flag << " is not in --help";
   }
   EXPECT_NE(result.output.find("(1,2,4,8,16)"), std::string::npos) << "the default batches";
@@ -48,12 +49,12 @@ TEST(PoolerBench, UsageErrorsExitTwo) {
       {"--bogus"},
       {"--batches", "0"},
       {"--batches", "1,,2"},
-      {"--batches", "64"},            // above the default capacity
+      {"--batches", "64"},  // above the default capacity
       {"--tp", "9"},
       {"--layers", "4", "--edge-layers", "4"},  // no such layer
-      {"--replays"},                  // no value
+      {"--replays"},                            // no value
       {"--arch", "90"},
-      {"--phase", "bench"},           // the hidden flags need each other
+      {"--phase", "bench"},  // the hidden flags need each other
       {"--rank", "0", "--ranks", "2"},
       {"--tp", "3", "--arch", "sm_90", "--batches", "8"},  // no forms for TP3 (no-GPU path)
   };

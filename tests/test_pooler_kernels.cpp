@@ -30,9 +30,7 @@ constexpr float kGainCenter = 1.0f;
 std::vector<Form> every_form() { return mailbox_kernel_forms(kPooled, {1, 2, 4, 8}, kCapacity, kEps, kGainCenter); }
 
 // The threads per CTA each entry point is declared for (__launch_bounds__).
-int declared_threads(const std::string& entry) {
-  return entry == kPublishEntry ? kPublishThreads : kPooled / 16;
-}
+int declared_threads(const std::string& entry) { return entry == kPublishEntry ? kPublishThreads : kPooled / 16; }
 
 class PoolerForms : public ::testing::TestWithParam<const char*> {};
 
@@ -50,8 +48,8 @@ TEST_P(PoolerForms, CompileWithoutLocalMemory) {
       EXPECT_EQ(kernel.max_threads, declared_threads(kernel.name)) << kernel.name;
       EXPECT_LE(kernel.registers, 65536 / declared_threads(kernel.name)) << kernel.name << " cannot launch";
       EXPECT_LE(kernel.shared_bytes, 64) << kernel.name << ": the norm needs one float per warp";
-      std::cout << "[ resources ] " << form.name() << " " << architecture << ": " << kernel.registers
-                << " registers, " << kernel.shared_bytes << " shared bytes\n";
+      std::cout << "[ resources ] " << form.name() << " " << architecture << ": " << kernel.registers << " registers, "
+                << kernel.shared_bytes << " shared bytes\n";
     }
   }
 }

@@ -95,9 +95,7 @@ TEST_P(SampleGpu, LaunchesAndComputesEveryElement) {
   }
 }
 
-TEST_P(SampleGpu, CapturedInAGraphAndReplayed) {
-  run_and_check((1 << 20) + 17, GetParam(), true);
-}
+TEST_P(SampleGpu, CapturedInAGraphAndReplayed) { run_and_check((1 << 20) + 17, GetParam(), true); }
 
 TEST_P(SampleGpu, ConstantIsTheExactFloat) {
   // 1e-5f, the model's eps, survives specialization and compilation.
@@ -131,7 +129,8 @@ TEST_P(SampleGpu, MissingEntryPointIsAClearError) {
 TEST_P(SampleGpu, ReloadsFromDiskCompiledByAnotherProcess) {
   testing::ScratchDir shared;
   const std::string architecture = device_info(0).architecture();
-  const auto built = testing::run_process({POOLER_CUBIN_TOOL, "--cache-dir", shared.path(), "build", "--sample", "--arch", architecture});
+  const auto built = testing::run_process(
+      {POOLER_CUBIN_TOOL, "--cache-dir", shared.path(), "build", "--sample", "--arch", architecture});
   ASSERT_EQ(built.exit_code, 0) << built.output;
   KernelCache cache(CacheLocation{shared.path(), true}, TemplateLibrary::instance());
   const Lookup lookup = cache.get(sample_form(), architecture);
@@ -155,7 +154,8 @@ TEST_P(SampleGpu, ReloadsFromDiskCompiledByAnotherProcess) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Pdl, SampleGpu, ::testing::Bool(), [](const ::testing::TestParamInfo<bool>& param) { return param.param ? "pdl" : "plain"; });
+INSTANTIATE_TEST_SUITE_P(Pdl, SampleGpu, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& param) { return param.param ? "pdl" : "plain"; });
 
 }  // namespace
 }  // namespace pooler

@@ -19,9 +19,7 @@
 namespace pooler {
 namespace {
 
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Sets an environment variable for a scope, restoring the previous value.
 class ScopedEnv {
@@ -53,9 +51,7 @@ class ScopedEnv {
   std::string old_;
 };
 
-TEST(CheckNccl, SuccessDoesNotThrow) {
-  EXPECT_NO_THROW(check_nccl(ncclSuccess, "ncclAllReduce", "context"));
-}
+TEST(CheckNccl, SuccessDoesNotThrow) { EXPECT_NO_THROW(check_nccl(ncclSuccess, "ncclAllReduce", "context")); }
 
 TEST(CheckNccl, FailureNamesTheCallNcclsTextAndTheContext) {
   try {
@@ -77,8 +73,7 @@ TEST(CheckNccl, MessageFormat) {
             "ncclFoo failed: internal error (NCCL: bad things) [ctx]");
   EXPECT_EQ(describe_nccl_error(ncclInternalError, "ncclFoo", "", "internal error", ""),
             "ncclFoo failed: internal error");
-  EXPECT_EQ(describe_nccl_error(ncclNumResults, "ncclFoo", "", "", ""),
-            "ncclFoo failed: ncclResult_t 8");
+  EXPECT_EQ(describe_nccl_error(ncclNumResults, "ncclFoo", "", "", ""), "ncclFoo failed: ncclResult_t 8");
 }
 
 TEST(CheckNccl, MacroStringifiesTheCall) {
@@ -218,8 +213,9 @@ TEST(LsaPeerAddresses, WorldRanksMapThroughTheLsaIndex) {
     FAIL();
   } catch (const Error& error) {
     const std::string message = error.what();
-    EXPECT_TRUE(contains(message, "pooler needs every TP rank in one NVLink domain; ranks 0, 1, 2, 3 are not "
-                                  "load/store accessible from rank 6"))
+    EXPECT_TRUE(contains(message,
+                         "pooler needs every TP rank in one NVLink domain; ranks 0, 1, 2, 3 are not "
+                         "load/store accessible from rank 6"))
         << message;
     EXPECT_TRUE(contains(message, "holds ranks 4..7 of 8")) << message;
   }

@@ -46,7 +46,6 @@
 #include "support/multi_gpu.hpp"
 #include "support/process.hpp"
 
-
 namespace pooler {
 namespace {
 
@@ -206,8 +205,7 @@ void run_rank(Problems& problems, ncclComm_t comm, int rank, int ranks, CUcontex
     try {
       (void)buffer.peer(ranks);
       problems.add("peer(size()) did not throw");
-    } catch (const InvalidArgument&) {
-    }
+    } catch (const InvalidArgument&) {}
 
     DeviceBuffer landing(bytes);
 

@@ -127,9 +127,12 @@ const char* usage() { return kUsage; }
 
 const char* to_string(Phase phase) {
   switch (phase) {
-    case Phase::parent: return "parent";
-    case Phase::cold: return "cold";
-    case Phase::bench: return "bench";
+    case Phase::parent:
+      return "parent";
+    case Phase::cold:
+      return "cold";
+    case Phase::bench:
+      return "bench";
   }
   return "?";
 }
@@ -162,23 +165,26 @@ void finish(Options& o, const std::set<std::string>& given, bool edges_given) {
   }
   for (int layer : o.edge_layers) {
     if (layer >= o.layers) {
-      throw InvalidArgument(fmt::format("--edge-layers: layer {} does not exist ({} layers: 0 to {})", layer, o.layers,
-                                        o.layers - 1));
+      throw InvalidArgument(
+          fmt::format("--edge-layers: layer {} does not exist ({} layers: 0 to {})", layer, o.layers, o.layers - 1));
     }
   }
   for (int b : o.batches) {
     if (b > o.capacity) {
-      throw InvalidArgument(fmt::format("--batches: batch {} exceeds the mailbox capacity {} (--capacity)", b, o.capacity));
+      throw InvalidArgument(
+          fmt::format("--batches: batch {} exceeds the mailbox capacity {} (--capacity)", b, o.capacity));
     }
   }
   const bool child = o.phase != Phase::parent;
   if (child && (o.rank < 0 || o.ranks < 1 || o.rank >= o.ranks || o.result_fd < 0)) {
-    throw InvalidArgument(fmt::format("--phase {} needs --rank R --ranks N (0 <= R < N) and --result-fd: these flags are "
-                                      "for the processes pooler-bench starts itself",
-                                      to_string(o.phase)));
+    throw InvalidArgument(
+        fmt::format("--phase {} needs --rank R --ranks N (0 <= R < N) and --result-fd: these flags are "
+                    "for the processes pooler-bench starts itself",
+                    to_string(o.phase)));
   }
   if (!child && (o.rank >= 0 || o.ranks > 0 || o.result_fd >= 0)) {
-    throw InvalidArgument("--rank, --ranks and --result-fd are for the processes pooler-bench starts itself (with --phase)");
+    throw InvalidArgument(
+        "--rank, --ranks and --result-fd are for the processes pooler-bench starts itself (with --phase)");
   }
 }
 

@@ -38,9 +38,9 @@ Counts compare_outputs(int b, int pooled, int width, int layer, bool nvfp4, cons
             continue;
           }
           ++counts.mismatches;
-          report(fmt::format("{}: NVFP4 code fused {:#x}, stock {:#x}{}", where(row, column), f, s,
-                             fused.packed[at] == kFusedPoison ? " (the fused byte is still the poison: not written)"
-                                                              : ""));
+          report(fmt::format(
+              "{}: NVFP4 code fused {:#x}, stock {:#x}{}", where(row, column), f, s,
+              fused.packed[at] == kFusedPoison ? " (the fused byte is still the poison: not written)" : ""));
         }
       }
       for (int k = 0; k < pooled / 16; ++k) {
@@ -63,15 +63,14 @@ Counts compare_outputs(int b, int pooled, int width, int layer, bool nvfp4, cons
           continue;
         }
         ++counts.mismatches;
-        report(fmt::format("{}: normed fused {:#06x} ({}), stock {:#06x} ({}){}", where(row, column), f, harness::bf16_value(f),
-                           s, harness::bf16_value(s),
+        report(fmt::format("{}: normed fused {:#06x} ({}), stock {:#06x} ({}){}", where(row, column), f,
+                           harness::bf16_value(f), s, harness::bf16_value(s),
                            f == (kFusedPoison << 8 | kFusedPoison) ? " (still the poison: not written)" : ""));
       }
     }
   }
   return counts;
 }
-
 
 void Rank::download(void* host, CUdeviceptr device, std::size_t bytes) const {
   POOLER_CU(cuMemcpyDtoH(host, device, bytes), "reading outputs back for the comparison");
@@ -149,10 +148,11 @@ void Rank::check_batch(int b, Outputs& last_stock) {
       for (std::size_t j = 0; j < width; ++j) {
         const std::uint16_t got = stock.rows[i * pooled + static_cast<std::size_t>(rank_) * width + j];
         if (got != mine[i * width + j] && stock_self++ < 4) {
-          out_.error(fmt::format("stock path self-check: b={} layer {} row {} column {}: the gathered rows hold "
-                                 "{:#06x} where this rank's shard has {:#06x} (ncclAllGather or the rearrange "
-                                 "kernel is wrong, not the Pooler)",
-                                 b, layer, i, static_cast<std::size_t>(rank_) * width + j, got, mine[i * width + j]));
+          out_.error(
+              fmt::format("stock path self-check: b={} layer {} row {} column {}: the gathered rows hold "
+                          "{:#06x} where this rank's shard has {:#06x} (ncclAllGather or the rearrange "
+                          "kernel is wrong, not the Pooler)",
+                          b, layer, i, static_cast<std::size_t>(rank_) * width + j, got, mine[i * width + j]));
         }
       }
     }
@@ -196,7 +196,8 @@ void Rank::run_batch(int b) {
   {
     ExpertInput final_output;
     const harness::Graph graph(stream(), "the fused path's graph", [&] {
-      for (int layer = 0; layer < o_.layers; ++layer) final_output = pooler_->run(layer, input_view(layer, b), stream());
+      for (int layer = 0; layer < o_.layers; ++layer)
+        final_output = pooler_->run(layer, input_view(layer, b), stream());
     });
     fused = emit("fused", time_graph(graph));
     pooler_->check();
@@ -249,10 +250,11 @@ void Rank::run_batch(int b) {
   const double gbps = gemm.median > 0 ? weight_bytes / (gemm.median * 1e3) : 0;
   out_.metric(fmt::format("b{}.gemm.gbps", b), gbps);
   if (read_gbps_ > 0) out_.metric(fmt::format("b{}.gemm.percent", b), 100.0 * gbps / read_gbps_);
-  progress_("b={}: per layer stock {:.2f} us, fused {:.2f} us ({:.2f}x); pooler GEMM {:.2f} us ({:.0f} GB/s), "
-            "cuBLAS {:.2f} us, publish + consumer {:.2f} us, ncclAllGather {:.2f} us, stock tail {:.2f} us",
-            b, stock.median, fused.median, fused.median > 0 ? stock.median / fused.median : 0.0, gemm.median, gbps,
-            cublas.median, gather.median, allgather.median, tail.median);
+  progress_(
+      "b={}: per layer stock {:.2f} us, fused {:.2f} us ({:.2f}x); pooler GEMM {:.2f} us ({:.0f} GB/s), "
+      "cuBLAS {:.2f} us, publish + consumer {:.2f} us, ncclAllGather {:.2f} us, stock tail {:.2f} us",
+      b, stock.median, fused.median, fused.median > 0 ? stock.median / fused.median : 0.0, gemm.median, gbps,
+      cublas.median, gather.median, allgather.median, tail.median);
 }
 
 }  // namespace pooler::bench

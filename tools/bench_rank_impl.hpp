@@ -147,7 +147,8 @@ class Rank {
 
   void stock_layer(int layer, int b) const;
 
-  void fill(CUdeviceptr out, std::uint64_t count, std::uint64_t first, Tensor tensor, float deviation, float mean) const;
+  void fill(CUdeviceptr out, std::uint64_t count, std::uint64_t first, Tensor tensor, float deviation,
+            float mean) const;
 
   // ---- measurements -----------------------------------------------------------------------------
 

@@ -55,7 +55,8 @@ void Rank::generate_data() {
   const std::uint64_t hidden = static_cast<std::uint64_t>(o_.hidden);
   const std::uint64_t pooled = static_cast<std::uint64_t>(o_.pooled);
   for (int layer = 0; layer < o_.layers; ++layer) {
-    const std::uint64_t first_row = static_cast<std::uint64_t>(layer) * pooled + static_cast<std::uint64_t>(rank_) * width_;
+    const std::uint64_t first_row =
+        static_cast<std::uint64_t>(layer) * pooled + static_cast<std::uint64_t>(rank_) * width_;
     fill(weight(layer), static_cast<std::uint64_t>(width_) * hidden, first_row * hidden, kWeights, o_.weight_std, 0.0f);
   }
   fill(norm_weights_.get(), static_cast<std::uint64_t>(o_.layers) * pooled, 0, kNormWeights, o_.norm_std, 0.0f);

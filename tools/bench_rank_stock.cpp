@@ -47,7 +47,8 @@ void Rank::stock_layer(int layer, int b) const {
   stock_tail(layer, b);
 }
 
-void Rank::fill(CUdeviceptr out, std::uint64_t count, std::uint64_t first, Tensor tensor, float deviation, float mean) const {
+void Rank::fill(CUdeviceptr out, std::uint64_t count, std::uint64_t first, Tensor tensor, float deviation,
+                float mean) const {
   LaunchShape shape;
   shape.block_x = kFillThreads;
   const std::uint64_t blocks = (count + kFillThreads - 1) / kFillThreads;

@@ -18,9 +18,10 @@ namespace pooler::bench {
 
 ResultWriter::ResultWriter(int fd) : file_(::fdopen(fd, "w")) {
   if (file_ == nullptr) {
-    throw Error(fmt::format("pooler-bench: cannot open the result pipe (file descriptor {}); this flag is for the "
-                            "processes pooler-bench starts itself",
-                            fd));
+    throw Error(
+        fmt::format("pooler-bench: cannot open the result pipe (file descriptor {}); this flag is for the "
+                    "processes pooler-bench starts itself",
+                    fd));
   }
 }
 
@@ -38,7 +39,9 @@ void ResultWriter::line(const std::string& text) {
 }
 
 void ResultWriter::metric(const std::string& name, double value) { line(fmt::format("M {} {:.17g}", name, value)); }
-void ResultWriter::text(const std::string& name, const std::string& value) { line(fmt::format("S {} {}", name, value)); }
+void ResultWriter::text(const std::string& name, const std::string& value) {
+  line(fmt::format("S {} {}", name, value));
+}
 void ResultWriter::mismatch(const std::string& text) { line("X " + text); }
 void ResultWriter::error(const std::string& text) { line("E " + text); }
 void ResultWriter::done() { line("D"); }
@@ -144,9 +147,10 @@ std::string origins(const RankReport& r) {
   for (const char* origin : {"compiled", "disk", "memory"}) {
     const int n = static_cast<int>(r.get(fmt::format("construction.{}", origin)));
     if (n > 0) {
-      parts.push_back(fmt::format("{} {}", n, std::string(origin) == "disk"     ? "from disk"
-                                              : std::string(origin) == "memory" ? "from memory"
-                                                                                : "compiled"));
+      parts.push_back(fmt::format("{} {}", n,
+                                  std::string(origin) == "disk"     ? "from disk"
+                                  : std::string(origin) == "memory" ? "from memory"
+                                                                    : "compiled"));
     }
   }
   return parts.empty() ? std::string("no forms reported") : fmt::format("{}", fmt::join(parts, ", "));
@@ -157,7 +161,7 @@ struct Target {
   std::string value;   // for people
   double number = 0;   // for JSON
   std::string target;  // for people
-  int met = -1;  // -1 not measured, 0 missed, 1 met
+  int met = -1;        // -1 not measured, 0 missed, 1 met
 };
 
 std::vector<Target> targets(const RunResults& results) {
@@ -209,10 +213,18 @@ std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (const char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += fmt::format("\\u{:04x}", static_cast<int>(c));
@@ -291,8 +303,8 @@ void print_correctness(const RunResults& results, std::FILE* out) {
     const double replay = sum_over_ranks(bench, key(b, "check.replay_mismatches"));
     const double self = sum_over_ranks(bench, key(b, "check.stock_self"));
     const double gemm = sum_over_ranks(bench, key(b, "check.gemm_vs_cublas"));
-    const auto reporting = std::count_if(bench.begin(), bench.end(),
-                                         [&](const RankReport& r) { return r.has(key(b, "check.layers")); });
+    const auto reporting =
+        std::count_if(bench.begin(), bench.end(), [&](const RankReport& r) { return r.has(key(b, "check.layers")); });
     const auto replayed = std::count_if(bench.begin(), bench.end(),
                                         [&](const RankReport& r) { return r.has(key(b, "check.replay_mismatches")); });
     std::string notes;
@@ -305,8 +317,7 @@ void print_correctness(const RunResults& results, std::FILE* out) {
     if (gemm != 0) notes += fmt::format("; note: {} pooler GEMM output(s) differ from cuBLAS beyond 2 ulps", gemm);
     fmt::print(out, "  b = {:2}: {} of {} layers checked on {} rank(s): {}; {} sign-of-zero case(s){}\n", b,
                static_cast<int>(layers), o.layers, reporting,
-               mismatches == 0 ? std::string("bit for bit") : fmt::format("{} MISMATCH(ES)", mismatches), zeros,
-               notes);
+               mismatches == 0 ? std::string("bit for bit") : fmt::format("{} MISMATCH(ES)", mismatches), zeros, notes);
   }
   int shown = 0;
   for (const RankReport& r : bench) {
@@ -315,15 +326,16 @@ void print_correctness(const RunResults& results, std::FILE* out) {
     }
   }
   if (shown > 20) fmt::print(out, "  ... {} mismatch reports in all\n", shown);
-
 }
 
 void print_table(const RunResults& results, std::FILE* out) {
   const Options& o = *results.options;
   const auto& bench = results.bench;
   // The table.
-  fmt::print(out, "\nper layer, microseconds: median (p10-p90) over {} replays of one {}-layer CUDA graph per path, "
-             "slowest rank\n", o.replays, o.layers);
+  fmt::print(out,
+             "\nper layer, microseconds: median (p10-p90) over {} replays of one {}-layer CUDA graph per path, "
+             "slowest rank\n",
+             o.replays, o.layers);
   fmt::print(out, "{:>4}  {:>22}  {:>22}  {:>8}  {:>8}  {:>8}  {:>9}  {:>12}  {:>9}  {:>9}\n", "b", "stock us",
              "fused us", "speed-up", "GEMM us", "GEMM %BW", "gather us", "allgather us", "cuBLAS us", "tail us");
   for (int b : o.batches) {
@@ -337,15 +349,15 @@ void print_table(const RunResults& results, std::FILE* out) {
       return f.present ? fmt::format("{:.2f}", f.s.median) : std::string("-");
     };
     const auto percent = over_ranks(bench, key(b, "gemm.percent"), true);
-    fmt::print(out, "{:>4}  {:>22}  {:>22}  {:>8}  {:>8}  {:>8}  {:>9}  {:>12}  {:>9}  {:>9}\n", b, cell(stock),
-               cell(fused),
-               stock.present && fused.present && fused.s.median > 0
-                   ? fmt::format("{:.2f}x", stock.s.median / fused.s.median)
-                   : std::string("-"),
-               median("gemm"), percent.present ? fmt::format("{:.1f}%", percent.v) : std::string("-"), median("gather"),
-               median("allgather"), median("cublas"), median("tail"));
+    fmt::print(
+        out, "{:>4}  {:>22}  {:>22}  {:>8}  {:>8}  {:>8}  {:>9}  {:>12}  {:>9}  {:>9}\n", b, cell(stock), cell(fused),
+        stock.present && fused.present && fused.s.median > 0 ? fmt::format("{:.2f}x", stock.s.median / fused.s.median)
+                                                             : std::string("-"),
+        median("gemm"), percent.present ? fmt::format("{:.1f}%", percent.v) : std::string("-"), median("gather"),
+        median("allgather"), median("cublas"), median("tail"));
   }
-  fmt::print(out, "stock: cuBLAS GEMM + ncclAllGather + rearrange + stock norm (+ stock quantize on NVFP4 layers); "
+  fmt::print(out,
+             "stock: cuBLAS GEMM + ncclAllGather + rearrange + stock norm (+ stock quantize on NVFP4 layers); "
              "fused: Pooler::run;\nGEMM: Pooler::project alone, %BW = weight bytes / time against the read "
              "bandwidth; gather: publish + consumer alone;\nallgather: ncclAllGather alone; cuBLAS: cublasGemmEx "
              "alone; tail: rearrange + norm + quantize alone. PDL {}.\n",
@@ -386,7 +398,8 @@ void print_report(const RunResults& results, std::FILE* out) {
   }
   for (const RankReport& r : bench) {
     if (r.has("construction.ms")) {
-      fmt::print(out, "  {}, rank {}: {:9.1f} ms  ({}; a new process, so a new KernelCache; the lookups alone on "
+      fmt::print(out,
+                 "  {}, rank {}: {:9.1f} ms  ({}; a new process, so a new KernelCache; the lookups alone on "
                  "another fresh KernelCache: {:.1f} ms)\n",
                  r.get("construction.compiled") == 0 ? "warm" : "NOT warm", r.rank, r.get("construction.ms"),
                  origins(r), r.get("construction.lookup_ms"));
@@ -402,7 +415,8 @@ void print_report(const RunResults& results, std::FILE* out) {
   }
   if (!bench.empty() && bench.front().has("calibration.amax_min")) {
     const RankReport& r = bench.front();
-    fmt::print(out, "NVFP4 global scales (448 * 6 / amax of the stock norm output of {} calibration rows): amax {:.4g} "
+    fmt::print(out,
+               "NVFP4 global scales (448 * 6 / amax of the stock norm output of {} calibration rows): amax {:.4g} "
                "to {:.4g}, scales {:.6g} to {:.6g}\n",
                o.calibration_rows, r.get("calibration.amax_min"), r.get("calibration.amax_max"),
                r.get("calibration.scale_min"), r.get("calibration.scale_max"));
@@ -425,25 +439,26 @@ void write_json(const RunResults& results, const std::string& path) {
   std::string j = "{\n";
   j += fmt::format("  \"tool\": \"pooler-bench\",\n  \"date\": {},\n  \"succeeded\": {},\n  \"elapsed_s\": {},\n",
                    json_string(m.date), succeeded(results), json_number(results.elapsed_s));
-  j += fmt::format("  \"machine\": {{\"gpu\": {}, \"gpu_count\": {}, \"architecture\": {}, \"multiprocessors\": {}, "
-                   "\"l2_bytes\": {}, \"driver_version\": {}, \"cuda_driver_api\": {}, \"cuda_runtime\": {}, "
-                   "\"cublas\": {}, \"nccl\": {}, \"nvrtc\": {}, \"host\": {}}},\n",
-                   json_string(m.gpu), m.count, json_string(m.architecture), m.multiprocessors, m.l2_bytes,
-                   json_string(m.driver), json_string(cuda_version_string(m.cuda_driver_api)),
-                   json_string(cuda_version_string(m.cuda_runtime)), json_string(m.cublas), json_string(fmt::format(
-                       "{}.{}.{}", m.nccl / 10000, m.nccl / 100 % 100, m.nccl % 100)),
-                   json_string(m.nvrtc), json_string(m.host));
+  j += fmt::format(
+      "  \"machine\": {{\"gpu\": {}, \"gpu_count\": {}, \"architecture\": {}, \"multiprocessors\": {}, "
+      "\"l2_bytes\": {}, \"driver_version\": {}, \"cuda_driver_api\": {}, \"cuda_runtime\": {}, "
+      "\"cublas\": {}, \"nccl\": {}, \"nvrtc\": {}, \"host\": {}}},\n",
+      json_string(m.gpu), m.count, json_string(m.architecture), m.multiprocessors, m.l2_bytes, json_string(m.driver),
+      json_string(cuda_version_string(m.cuda_driver_api)), json_string(cuda_version_string(m.cuda_runtime)),
+      json_string(m.cublas), json_string(fmt::format("{}.{}.{}", m.nccl / 10000, m.nccl / 100 % 100, m.nccl % 100)),
+      json_string(m.nvrtc), json_string(m.host));
   std::string edges = "[";
   for (std::size_t i = 0; i < o.edge_layers.size(); ++i) edges += fmt::format("{}{}", i ? ", " : "", o.edge_layers[i]);
   edges += "]";
-  j += fmt::format("  \"config\": {{\"hidden\": {}, \"pooled\": {}, \"layers\": {}, \"edge_layers\": {}, \"eps\": {}, "
-                   "\"gain_center\": {}, \"tp\": {}, \"batches\": [{}], \"capacity\": {}, \"pdl\": {}, \"seed\": {}, "
-                   "\"weight_std\": {}, \"x_std\": {}, \"norm_std\": {}, \"calibration_rows\": {}, \"warmup\": {}, "
-                   "\"replays\": {}, \"read_gb\": {}, \"quick\": {}, \"cache_dir\": {}, \"cache_dir_temporary\": {}}},\n",
-                   o.hidden, o.pooled, o.layers, edges, json_number(o.eps), json_number(o.gain_center), results.tp,
-                   fmt::join(o.batches, ", "), o.capacity, o.pdl, o.seed, json_number(o.weight_std),
-                   json_number(o.x_std), json_number(o.norm_std), o.calibration_rows, o.warmup, o.replays,
-                   json_number(o.read_gb), o.quick, json_string(results.cache_dir), results.cache_dir_temporary);
+  j += fmt::format(
+      "  \"config\": {{\"hidden\": {}, \"pooled\": {}, \"layers\": {}, \"edge_layers\": {}, \"eps\": {}, "
+      "\"gain_center\": {}, \"tp\": {}, \"batches\": [{}], \"capacity\": {}, \"pdl\": {}, \"seed\": {}, "
+      "\"weight_std\": {}, \"x_std\": {}, \"norm_std\": {}, \"calibration_rows\": {}, \"warmup\": {}, "
+      "\"replays\": {}, \"read_gb\": {}, \"quick\": {}, \"cache_dir\": {}, \"cache_dir_temporary\": {}}},\n",
+      o.hidden, o.pooled, o.layers, edges, json_number(o.eps), json_number(o.gain_center), results.tp,
+      fmt::join(o.batches, ", "), o.capacity, o.pdl, o.seed, json_number(o.weight_std), json_number(o.x_std),
+      json_number(o.norm_std), o.calibration_rows, o.warmup, o.replays, json_number(o.read_gb), o.quick,
+      json_string(results.cache_dir), results.cache_dir_temporary);
   auto per_rank = [](const std::vector<RankReport>& ranks, const char* name) {
     std::string s = "[";
     for (std::size_t i = 0; i < ranks.size(); ++i) {
@@ -451,21 +466,22 @@ void write_json(const RunResults& results, const std::string& path) {
     }
     return s + "]";
   };
-  j += fmt::format("  \"construction_ms\": {{\"cold\": {}, \"warm\": {}, \"warm_lookups_on_a_fresh_cache\": {}, "
-                   "\"how\": \"cold: the first construction in a fresh process whose cache folder {}; warm: a second "
-                   "construction in a new process (a new KernelCache) with the cache on disk\"}},\n",
-                   per_rank(results.cold, "construction.ms"), per_rank(results.bench, "construction.ms"),
-                   per_rank(results.bench, "construction.lookup_ms"),
-                   results.cache_dir_temporary ? "started empty" : "was given with --cache-dir (see the origins)");
+  j += fmt::format(
+      "  \"construction_ms\": {{\"cold\": {}, \"warm\": {}, \"warm_lookups_on_a_fresh_cache\": {}, "
+      "\"how\": \"cold: the first construction in a fresh process whose cache folder {}; warm: a second "
+      "construction in a new process (a new KernelCache) with the cache on disk\"}},\n",
+      per_rank(results.cold, "construction.ms"), per_rank(results.bench, "construction.ms"),
+      per_rank(results.bench, "construction.lookup_ms"),
+      results.cache_dir_temporary ? "started empty" : "was given with --cache-dir (see the origins)");
   j += fmt::format("  \"read_bandwidth_gbps\": {},\n", per_rank(results.bench, "read.gbps"));
   j += "  \"batches\": [";
   for (std::size_t i = 0; i < o.batches.size(); ++i) {
     const int b = o.batches[i];
     const auto stock = slowest(results.bench, b, "stock");
     const auto fused = slowest(results.bench, b, "fused");
-    j += fmt::format("{}\n    {{\"b\": {}, \"speedup\": {}", i ? "," : "", b,
-                     stock.present && fused.present && fused.s.median > 0 ? json_number(stock.s.median / fused.s.median)
-                                                                          : "null");
+    j += fmt::format(
+        "{}\n    {{\"b\": {}, \"speedup\": {}", i ? "," : "", b,
+        stock.present && fused.present && fused.s.median > 0 ? json_number(stock.s.median / fused.s.median) : "null");
     for (const char* graph : kGraphs) {
       j += fmt::format(", \"{}_us\": {}", graph, json_spread(slowest(results.bench, b, graph)));
     }
@@ -473,14 +489,15 @@ void write_json(const RunResults& results, const std::string& path) {
     const auto gbps = over_ranks(results.bench, key(b, "gemm.gbps"), true);
     j += fmt::format(", \"gemm_gbps\": {}, \"gemm_percent_of_read_bandwidth\": {}",
                      gbps.present ? json_number(gbps.v) : "null", percent.present ? json_number(percent.v) : "null");
-    j += fmt::format(", \"checked_layers\": {}, \"mismatches\": {}, \"sign_of_zero\": {}, \"replay_mismatches\": {}, "
-                     "\"stock_self_check_errors\": {}, \"gemm_outputs_beyond_2_ulps_of_cublas\": {}}}",
-                     json_number(over_ranks(results.bench, key(b, "check.layers"), true).v),
-                     json_number(sum_over_ranks(results.bench, key(b, "check.mismatches"))),
-                     json_number(sum_over_ranks(results.bench, key(b, "check.sign_of_zero"))),
-                     json_number(sum_over_ranks(results.bench, key(b, "check.replay_mismatches"))),
-                     json_number(sum_over_ranks(results.bench, key(b, "check.stock_self"))),
-                     json_number(sum_over_ranks(results.bench, key(b, "check.gemm_vs_cublas"))));
+    j += fmt::format(
+        ", \"checked_layers\": {}, \"mismatches\": {}, \"sign_of_zero\": {}, \"replay_mismatches\": {}, "
+        "\"stock_self_check_errors\": {}, \"gemm_outputs_beyond_2_ulps_of_cublas\": {}}}",
+        json_number(over_ranks(results.bench, key(b, "check.layers"), true).v),
+        json_number(sum_over_ranks(results.bench, key(b, "check.mismatches"))),
+        json_number(sum_over_ranks(results.bench, key(b, "check.sign_of_zero"))),
+        json_number(sum_over_ranks(results.bench, key(b, "check.replay_mismatches"))),
+        json_number(sum_over_ranks(results.bench, key(b, "check.stock_self"))),
+        json_number(sum_over_ranks(results.bench, key(b, "check.gemm_vs_cublas"))));
   }
   j += "\n  ],\n  \"targets\": [";
   const auto all = targets(results);
@@ -509,10 +526,10 @@ void write_offline_json(const std::string& path, const std::string& no_gpu, cons
     std::string kernels = "[";
     for (std::size_t k = 0; k < f.kernels.size(); ++k) {
       const KernelResources& r = f.kernels[k];
-      kernels += fmt::format("{}{{\"name\": {}, \"registers\": {}, \"shared_bytes\": {}, \"local_bytes\": {}, "
-                             "\"stack_bytes\": {}}}",
-                             k ? ", " : "", json_string(r.name), r.registers, r.shared_bytes, r.local_bytes,
-                             r.stack_bytes);
+      kernels += fmt::format(
+          "{}{{\"name\": {}, \"registers\": {}, \"shared_bytes\": {}, \"local_bytes\": {}, "
+          "\"stack_bytes\": {}}}",
+          k ? ", " : "", json_string(r.name), r.registers, r.shared_bytes, r.local_bytes, r.stack_bytes);
     }
     kernels += "]";
     j += fmt::format("{}\n    {{\"form\": {}, \"arch\": {}, \"origin\": {}, \"compile_s\": {}, \"kernels\": {}{}}}",

@@ -73,13 +73,13 @@ struct Machine {
   std::string architecture;
   int multiprocessors = 0;
   long long l2_bytes = 0;
-  std::string driver;        // the kernel module's version ("580.159"), or "unknown"
-  int cuda_driver_api = 0;   // cuDriverGetVersion (13000)
-  int cuda_runtime = 0;      // cudaRuntimeGetVersion
-  std::string cublas;        // "13.0.0"
-  int nccl = 0;              // ncclGetVersion
-  std::string nvrtc;         // nvrtc_identity()
-  std::string date;          // ISO 8601, local time
+  std::string driver;       // the kernel module's version ("580.159"), or "unknown"
+  int cuda_driver_api = 0;  // cuDriverGetVersion (13000)
+  int cuda_runtime = 0;     // cudaRuntimeGetVersion
+  std::string cublas;       // "13.0.0"
+  int nccl = 0;             // ncclGetVersion
+  std::string nvrtc;        // nvrtc_identity()
+  std::string date;         // ISO 8601, local time
   std::string host;
 };
 
@@ -90,7 +90,7 @@ struct RunResults {
   int tp = 0;
   std::string cache_dir;
   bool cache_dir_temporary = false;
-  std::vector<RankReport> cold;   // empty when skipped
+  std::vector<RankReport> cold;  // empty when skipped
   std::vector<RankReport> bench;
   double elapsed_s = 0;
 };

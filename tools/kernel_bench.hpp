@@ -75,9 +75,7 @@ struct Setup {
   Ceiling ceiling;
   std::chrono::steady_clock::time_point started;
 
-  double elapsed() const {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  }
+  double elapsed() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); }
 };
 
 class Section {

@@ -312,11 +312,11 @@ class ChainRig {
     };
     // The variants alternate call by call on the one mailbox (the protocol allows it).
     for (int v : {0, 1}) {
-      row.fused[v] = time_graph(s, o_.replays, layers, each_layer([&, v](int layer) {
-                                  fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0,
-                                                       true);
-                                  consume(layer, b, v);
-                                }));
+      row.fused[v] =
+          time_graph(s, o_.replays, layers, each_layer([&, v](int layer) {
+                       fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
+                       consume(layer, b, v);
+                     }));
     }
     row.gemm = time_graph(s, o_.replays, layers,
                           each_layer([&](int layer) { plain.launch(s, x_.get(), weight(layer), c_.get(), true); }));
@@ -326,8 +326,7 @@ class ChainRig {
                                            consume(layer, b, v);
                                          }));
     }
-    row.publish = time_graph(s, o_.replays, layers,
-                             each_layer([&](int) { publisher_->launch(s, c_.get(), b, true); }));
+    row.publish = time_graph(s, o_.replays, layers, each_layer([&](int) { publisher_->launch(s, c_.get(), b, true); }));
     // The publishes alone left this stage's rows unconsumed: one whole call takes them.
     publisher_->launch(s, c_.get(), b, true);
     consume(1, b, 0);
@@ -338,10 +337,10 @@ class ChainRig {
       };
       stock_layer(1);  // cuBLAS picks and loads its kernels outside the capture
       row.stock = time_graph(s, o_.replays, layers, each_layer(stock_layer));
-      row.stock_norm = time_graph(s, o_.replays, layers, each_layer([&](int) {
-                                    gpu_.norm->launch(s, gathered_.get(), norm_weight_.get(), stock_normed_.get(), b,
-                                                      true);
-                                  }));
+      row.stock_norm =
+          time_graph(s, o_.replays, layers, each_layer([&](int) {
+                       gpu_.norm->launch(s, gathered_.get(), norm_weight_.get(), stock_normed_.get(), b, true);
+                     }));
     }
     row.floor = static_cast<double>(n_) * kHidden * 2 / (ceiling_gbps_ * 1e3);
     const MailboxStateBlock block = state_.read(s);
@@ -370,12 +369,12 @@ class ChainRig {
   // c_stock = x @ w(layer).T by cuBLAS (column-major: C[N, b] = W^T[N, K] * X[K, b]).
   void stock_gemm(int layer, int b) const {
     const float alpha = 1.0f, beta = 0.0f;
-    harness::check_cublas(cublasGemmEx(gpu_.cublas, CUBLAS_OP_T, CUBLAS_OP_N, n_, b, kHidden, &alpha,
-                              reinterpret_cast<const void*>(weight(layer)), CUDA_R_16BF, kHidden,
-                              reinterpret_cast<const void*>(x_.get()), CUDA_R_16BF, kHidden, &beta,
-                              reinterpret_cast<void*>(c_stock_.get()), CUDA_R_16BF, n_, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT),
-                 "cublasGemmEx", "the stock path's GEMM");
+    harness::check_cublas(
+        cublasGemmEx(gpu_.cublas, CUBLAS_OP_T, CUBLAS_OP_N, n_, b, kHidden, &alpha,
+                     reinterpret_cast<const void*>(weight(layer)), CUDA_R_16BF, kHidden,
+                     reinterpret_cast<const void*>(x_.get()), CUDA_R_16BF, kHidden, &beta,
+                     reinterpret_cast<void*>(c_stock_.get()), CUDA_R_16BF, n_, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+        "cublasGemmEx", "the stock path's GEMM");
   }
 
   // c_stock [b, N] into every rank's columns of gathered [b, P] (the all-gather of a tp
@@ -454,9 +453,9 @@ class ChainRig {
 
 void print_row(const ChainRow& r) {
   const double best = std::min(r.fused[0], r.fused[1]);
-  std::printf("%3d %3d %5d %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s]\n", r.tp, r.b,
-              r.n, r.fused[0], r.fused[1], r.floor, best / r.floor, r.gemm, r.gather(0), r.gather(1), r.publish,
-              r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str());
+  std::printf("%3d %3d %5d %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s]\n", r.tp, r.b, r.n,
+              r.fused[0], r.fused[1], r.floor, best / r.floor, r.gemm, r.gather(0), r.gather(1), r.publish, r.stock,
+              r.stock_norm, r.check.c_str(), r.shape.c_str());
   std::fflush(stdout);
 }
 
@@ -464,17 +463,19 @@ void write_json(const std::string& path, const ChainOptions& o, const DeviceInfo
                 const std::vector<ChainRow>& rows) {
   std::ofstream out(path);
   if (!out) throw Error(fmt::format("--json: cannot write {}", path));
-  out << fmt::format("{{\"device\": \"{}\", \"loopback\": true, \"pooled\": {}, \"hidden\": {}, \"capacity\": {}, "
-                     "\"layers\": {}, \"replays\": {}, \"read_ceiling_gbps\": {:.1f},\n \"rows\": [\n",
-                     info.name, kPooled, kHidden, kCapacity, o.layers, o.replays, ceiling);
+  out << fmt::format(
+      "{{\"device\": \"{}\", \"loopback\": true, \"pooled\": {}, \"hidden\": {}, \"capacity\": {}, "
+      "\"layers\": {}, \"replays\": {}, \"read_ceiling_gbps\": {:.1f},\n \"rows\": [\n",
+      info.name, kPooled, kHidden, kCapacity, o.layers, o.replays, ceiling);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const ChainRow& r = rows[i];
-    out << fmt::format("  {{\"tp\": {}, \"b\": {}, \"n\": {}, \"shape\": \"{}\", \"fused_us\": {:.3f}, "
-                       "\"fused_1rt_us\": {:.3f}, \"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, \"gather_us\": {:.3f}, "
-                       "\"gather_1rt_us\": {:.3f}, \"publish_us\": {:.3f}, \"stock_us\": {:.3f}, "
-                       "\"stock_norm_us\": {:.3f}, \"check\": \"{}\"}}{}\n",
-                       r.tp, r.b, r.n, r.shape, r.fused[0], r.fused[1], r.floor, r.gemm, r.gather(0), r.gather(1),
-                       r.publish, r.stock, r.stock_norm, r.check, i + 1 < rows.size() ? "," : "");
+    out << fmt::format(
+        "  {{\"tp\": {}, \"b\": {}, \"n\": {}, \"shape\": \"{}\", \"fused_us\": {:.3f}, "
+        "\"fused_1rt_us\": {:.3f}, \"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, \"gather_us\": {:.3f}, "
+        "\"gather_1rt_us\": {:.3f}, \"publish_us\": {:.3f}, \"stock_us\": {:.3f}, "
+        "\"stock_norm_us\": {:.3f}, \"check\": \"{}\"}}{}\n",
+        r.tp, r.b, r.n, r.shape, r.fused[0], r.fused[1], r.floor, r.gemm, r.gather(0), r.gather(1), r.publish, r.stock,
+        r.stock_norm, r.check, i + 1 < rows.size() ? "," : "");
   }
   out << " ]\n}\n";
 }
@@ -528,9 +529,10 @@ int chain_main(int argc, char** argv) {
     const double ceiling = read_ceiling_gbps(gpu);
     std::printf("device 0: %s, %d SMs; streaming-read ceiling %.1f GB/s\n", info.name.c_str(), info.multiprocessors,
                 ceiling);
-    std::printf("\nper-layer chain in loopback (rank 0 of tp; P %d, H %d, %d layers per graph, first and last BF16; "
-                "PDL on; us per layer, medians of %d replays)\n",
-                kPooled, kHidden, o.layers, o.replays);
+    std::printf(
+        "\nper-layer chain in loopback (rank 0 of tp; P %d, H %d, %d layers per graph, first and last BF16; "
+        "PDL on; us per layer, medians of %d replays)\n",
+        kPooled, kHidden, o.layers, o.replays);
     std::printf("%3s %3s %5s %8s %8s %8s %6s %8s %8s %8s %8s %8s %8s   %s\n", "tp", "b", "N", "fused", "fused1rt",
                 "floor", "x_flr", "gemm", "gather", "gath1rt", "publish", "stock", "norm", "check [GEMM shape]");
     std::vector<ChainRow> rows;

@@ -57,18 +57,18 @@ class LoopbackRig {
   LoopbackRig(KernelCache& cache, const std::string& arch, CUcontext context, CUstream stream, int tp,
               std::mt19937_64& random)
       : publish_loaded_(*cache.get(publish_form(kConsumerPooled, tp, kConsumerCapacity), arch).entry, context),
-        nvfp4_loaded_(*cache
-                           .get(nvfp4_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps,
-                                                    kConsumerGainCenter),
-                                arch)
-                           .entry,
-                      context),
-        bf16_loaded_(*cache
-                          .get(bf16_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps,
-                                                  kConsumerGainCenter),
-                               arch)
-                          .entry,
-                     context),
+        nvfp4_loaded_(
+            *cache
+                 .get(nvfp4_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter),
+                      arch)
+                 .entry,
+            context),
+        bf16_loaded_(
+            *cache
+                 .get(bf16_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter),
+                      arch)
+                 .entry,
+            context),
         loopback_(publish_loaded_, nvfp4_loaded_, bf16_loaded_,
                   MailboxLayout::make(kConsumerPooled, tp, kConsumerCapacity), stream, kConsumerTimeoutNs),
         shard_bytes_(sz(kConsumerCapacity) * sz(loopback_.layout().width()) * 2),
@@ -92,7 +92,8 @@ class LoopbackRig {
       shard.resize(sz(kConsumerCapacity) * w);
       for (std::size_t row = 0; row < sz(kConsumerCapacity); ++row) {
         std::normal_distribution<double> normal(0.0, std::exp(log_sigma(random)));
-        for (std::size_t c = 0; c < w; ++c) shard[row * w + c] = harness::bf16_round_positive_zero(static_cast<float>(normal(random)));
+        for (std::size_t c = 0; c < w; ++c)
+          shard[row * w + c] = harness::bf16_round_positive_zero(static_cast<float>(normal(random)));
       }
     }
     gathered_host_.assign(sz(kConsumerCapacity) * sz(kConsumerPooled), 0);
@@ -132,8 +133,8 @@ class LoopbackRig {
   }
 
   // The stock path after an all-gather, on the host-gathered rows.
-  void stock_norm_quantize(CUstream stream, const StockNormLauncher& norm, const StockQuantizeLauncher& quantize,
-                           int b, bool pdl) const {
+  void stock_norm_quantize(CUstream stream, const StockNormLauncher& norm, const StockQuantizeLauncher& quantize, int b,
+                           bool pdl) const {
     norm.launch(stream, gathered_.get(), weight_.get(), stock_normed_.get(), b, pdl);
     quantize.launch(stream, stock_normed_.get(), global_scale_.get(), stock_packed_.get(), stock_scales_.get(), b, pdl);
   }
@@ -161,8 +162,7 @@ class LoopbackRig {
     const std::size_t p = sz(kConsumerPooled);
     std::string problems;
     auto compare = [&](const char* what, const DeviceBuffer& got, const DeviceBuffer* want_device,
-                       const std::vector<std::uint16_t>* want_host, std::size_t element_bytes,
-                       std::size_t per_row) {
+                       const std::vector<std::uint16_t>* want_host, std::size_t element_bytes, std::size_t per_row) {
       const std::size_t count = sz(b) * per_row;
       std::vector<std::uint8_t> a(count * element_bytes), e(count * element_bytes);
       got.download(a.data(), a.size());
@@ -235,10 +235,11 @@ void measure_consumers(const Options& o, KernelCache& cache, const std::string& 
   // o.replays timed ones.
   const unsigned long long calls_per_timing = static_cast<unsigned long long>(o.replays + 2) * sz(o.consumer_calls);
 
-  std::printf("\nconsumer kernels (loopback): P %d, capacity %d, eps %g, gain center %g; us per call, medians of %d "
-              "replays of %d-call graphs\n",
-              kConsumerPooled, kConsumerCapacity, static_cast<double>(kConsumerEps),
-              static_cast<double>(kConsumerGainCenter), o.replays, o.consumer_calls);
+  std::printf(
+      "\nconsumer kernels (loopback): P %d, capacity %d, eps %g, gain center %g; us per call, medians of %d "
+      "replays of %d-call graphs\n",
+      kConsumerPooled, kConsumerCapacity, static_cast<double>(kConsumerEps), static_cast<double>(kConsumerGainCenter),
+      o.replays, o.consumer_calls);
   std::printf("%3s %3s   %s   %s\n", "", "", "------------------- PDL on -------------------",
               "------------------ PDL off -------------------");
   std::printf("%3s %3s   %8s %8s %9s %8s %9s   %8s %8s %9s %8s %9s   %s\n", "tp", "b", "nvfp4", "bf16", "stock_nq",
@@ -263,8 +264,7 @@ void measure_consumers(const Options& o, KernelCache& cache, const std::string& 
       expected_calls += 1;
       for (bool pdl : {false, true}) {
         ConsumerTimes& t = pdl ? row.pdl : row.plain;
-        t.publish_nvfp4 =
-            time_graph(stream, o.consumer_calls, o.replays, [&](int i) { rig.call_nvfp4(s, b, pdl, i); });
+        t.publish_nvfp4 = time_graph(stream, o.consumer_calls, o.replays, [&](int i) { rig.call_nvfp4(s, b, pdl, i); });
         t.publish_bf16 = time_graph(stream, o.consumer_calls, o.replays, [&](int i) { rig.call_bf16(s, b, pdl, i); });
         expected_calls += 2 * calls_per_timing;
         t.stock_norm_quantize = time_graph(stream, o.consumer_calls, o.replays,
@@ -315,8 +315,7 @@ class ConsumerSection final : public Section {
   explicit ConsumerSection(const Options& options) : o_(options) {}
 
   std::vector<Form> forms() const override {
-    return mailbox_kernel_forms(kConsumerPooled, o_.consumer_tps, kConsumerCapacity, kConsumerEps,
-                                kConsumerGainCenter);
+    return mailbox_kernel_forms(kConsumerPooled, o_.consumer_tps, kConsumerCapacity, kConsumerEps, kConsumerGainCenter);
   }
 
   // An error here still leaves the figures measured so far in the JSON.

@@ -29,8 +29,8 @@
 namespace pooler::kernel_bench {
 namespace {
 
-using bench::ReadConfig;
 using bench::read_form;
+using bench::ReadConfig;
 
 // Reading one weight copy per launch, chained with PDL like the GEMM: a grid
 // of 1 or 2 CTAs per SM (so that the next launch's CTAs fit beside them).
@@ -139,10 +139,11 @@ class GemmSection final : public Section {
       }
     }
     cublas_.reset();
-    std::printf("\npooler_us: PDL off; pdl_us: PDL on; GB/s and %%ceil: weight bytes / pdl_us against the %.1f GB/s "
-                "ceiling; %%read: the chained read of the same bytes per launch (above) / pdl_us; x_cublas = "
-                "cublas_us / pooler_us, x_pdl = cublas_us / pdl_us. Total %.1f s.\n",
-                setup.ceiling.gbps, setup.elapsed());
+    std::printf(
+        "\npooler_us: PDL off; pdl_us: PDL on; GB/s and %%ceil: weight bytes / pdl_us against the %.1f GB/s "
+        "ceiling; %%read: the chained read of the same bytes per launch (above) / pdl_us; x_cublas = "
+        "cublas_us / pooler_us, x_pdl = cublas_us / pdl_us. Total %.1f s.\n",
+        setup.ceiling.gbps, setup.elapsed());
     return true;
   }
 
@@ -203,9 +204,8 @@ Width GemmSection::prepare_width(const Setup& setup, int n) {
     shape.block_x = static_cast<unsigned>(c.threads);
     shape.pdl = true;
     const unsigned long long vectors = w.copy_bytes / 16;
-    const double us = time_graph(stream, w.launches, o_.replays, [&](int i) {
-      kernel(stream.get(), shape, w.weight(i), vectors, sink.get());
-    });
+    const double us = time_graph(stream, w.launches, o_.replays,
+                                 [&](int i) { kernel(stream.get(), shape, w.weight(i), vectors, sink.get()); });
     if (w.read_us == 0 || us < w.read_us) w.read_us = us;
   }
   std::printf("   chained read of %.1f MB per launch: %.2f us = %.1f%% of the ceiling\n", w.weight_bytes / 1e6,

@@ -15,8 +15,8 @@
 namespace pooler::kernel_bench {
 namespace {
 
-using bench::ReadConfig;
 using bench::read_form;
+using bench::ReadConfig;
 
 const std::vector<ReadConfig> kReadConfigs = {{512, 8, 4}, {256, 8, 8}, {1024, 4, 2}, {512, 4, 4}, {256, 16, 4}};
 
@@ -44,9 +44,8 @@ Ceiling measure_read_ceiling(const Setup& setup) {
     LaunchShape shape;
     shape.grid_x = static_cast<unsigned>(setup.info.multiprocessors * c.ctas_per_sm);
     shape.block_x = static_cast<unsigned>(c.threads);
-    const double us = time_graph(stream, 3, std::max(3, o.replays / 3), [&](int) {
-      kernel(stream.get(), shape, data.get(), vectors, sink.get());
-    });
+    const double us = time_graph(stream, 3, std::max(3, o.replays / 3),
+                                 [&](int) { kernel(stream.get(), shape, data.get(), vectors, sink.get()); });
     const double gbps = static_cast<double>(bytes) / (us * 1e3);
     std::printf("  read ceiling: %4d threads x %d CTAs/SM, unroll %2d: %7.1f GB/s\n", c.threads, c.ctas_per_sm,
                 c.unroll, gbps);
@@ -56,8 +55,8 @@ Ceiling measure_read_ceiling(const Setup& setup) {
       ceiling.config = fmt::format("{} threads x {} CTAs/SM, unroll {}", c.threads, c.ctas_per_sm, c.unroll);
     }
   }
-  std::printf("streaming-read ceiling: %.1f GB/s (%s, %.1f GB read per launch)\n", ceiling.gbps,
-              ceiling.config.c_str(), static_cast<double>(bytes) / 1e9);
+  std::printf("streaming-read ceiling: %.1f GB/s (%s, %.1f GB read per launch)\n", ceiling.gbps, ceiling.config.c_str(),
+              static_cast<double>(bytes) / 1e9);
   return ceiling;
 }
 

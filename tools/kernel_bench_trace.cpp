@@ -68,8 +68,8 @@ std::string summarize_trace(const std::vector<GemmTraceRecord>& records, int lau
     std::sort(loop.begin(), loop.end());
     period.push_back((static_cast<double>(waited(i + 1)) - static_cast<double>(origin)) / 1e3);
     sms.push_back(static_cast<double>(per_sm.size()));
-    doubled.push_back(static_cast<double>(std::count_if(per_sm.begin(), per_sm.end(),
-                                                        [](const auto& e) { return e.second > 1; })));
+    doubled.push_back(
+        static_cast<double>(std::count_if(per_sm.begin(), per_sm.end(), [](const auto& e) { return e.second > 1; })));
     x_med.push_back(median(x));
     x_last.push_back(x.back());
     first.push_back(median(f));

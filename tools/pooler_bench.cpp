@@ -70,18 +70,17 @@ constexpr std::chrono::seconds kGrace{30};
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 std::string join(const std::vector<int>& values) { return fmt::format("{}", fmt::join(values, ",")); }
 
 // ---- without a GPU: compile every form, print the kernel table ----------------------------
 
 int offline(const Options& o, const std::string& why) {
-  fmt::print("pooler-bench: no GPU on this machine ({}).\nNothing is measured: every form of the configuration is "
-             "compiled into the kernel cache instead, then the kernel table is printed.\n",
-             why);
+  fmt::print(
+      "pooler-bench: no GPU on this machine ({}).\nNothing is measured: every form of the configuration is "
+      "compiled into the kernel cache instead, then the kernel table is printed.\n",
+      why);
   const std::vector<int> tps = o.tp > 0 ? std::vector<int>{o.tp} : std::vector<int>{1, 2, 4, 8};
   const std::vector<std::string> archs = o.archs.empty() ? std::vector<std::string>{"sm_90", "sm_100a"} : o.archs;
   CacheLocation location = CacheLocation::from_environment();
@@ -132,8 +131,8 @@ int offline(const Options& o, const std::string& why) {
   }
 
   fmt::print("\nkernel table ({} form(s), {:.1f} s in all):\n", rows.size(), seconds_since(start_all));
-  fmt::print("{:<56} {:<8} {:<26} {:>5} {:>8} {:>6} {:>6} {:>9}\n", "form", "arch", "kernel", "regs", "shared",
-             "local", "stack", "compile");
+  fmt::print("{:<56} {:<8} {:<26} {:>5} {:>8} {:>6} {:>6} {:>9}\n", "form", "arch", "kernel", "regs", "shared", "local",
+             "stack", "compile");
   int spilling = 0;
   for (const OfflineForm& row : rows) {
     if (!row.problem.empty()) {
@@ -147,8 +146,9 @@ int offline(const Options& o, const std::string& why) {
                  kernel.local_bytes > 0 ? "  <- local memory: spills or a local array" : "");
     }
   }
-  fmt::print("regs: per thread; shared: static bytes per CTA; local: stack frame bytes per thread (0: no spills); "
-             "stack: bytes per thread; compile: NVRTC seconds when the form was first compiled.\n");
+  fmt::print(
+      "regs: per thread; shared: static bytes per CTA; local: stack frame bytes per thread (0: no spills); "
+      "stack: bytes per thread; compile: NVRTC seconds when the form was first compiled.\n");
   if (spilling > 0) fmt::print("{} kernel(s) use local memory.\n", spilling);
   if (!o.json.empty()) {
     // CI that always passes --json gets a file saying why nothing was measured.
@@ -459,20 +459,22 @@ int run_parent(const Options& o, int argc, char** argv) {
   for (int layer : o.edge_layers) edges.push_back(std::to_string(layer));
   fmt::print("pooler-bench: {} x {} ({}, {} SMs, {:.0f} MB L2); driver {}, CUDA {} (runtime {}), NCCL {}, cuBLAS {}\n",
              m.count, m.gpu, m.architecture, m.multiprocessors, static_cast<double>(m.l2_bytes) / 1e6, m.driver,
-             cuda_version_string(m.cuda_driver_api), cuda_version_string(m.cuda_runtime),
-             nccl_version_string(m.nccl), m.cublas);
-  fmt::print("model: H {}, P {}, {} layers (BF16 edge layers: {}; the others NVFP4), eps {}, gain center {}\n", o.hidden,
-             o.pooled, o.layers, edges.empty() ? std::string("none") : fmt::format("{}", fmt::join(edges, ", ")), o.eps,
-             o.gain_center);
-  fmt::print("run: TP{} (one process per GPU), batches {}, capacity {}, PDL {}, {} warm-up + {} timed replays per "
-             "graph, {:.1f} GB read test, seed {}{}\n",
-             tp, join(o.batches), o.capacity, o.pdl ? "on" : "off", o.warmup, o.replays, o.read_gb, o.seed,
-             o.quick ? " (--quick)" : "");
+             cuda_version_string(m.cuda_driver_api), cuda_version_string(m.cuda_runtime), nccl_version_string(m.nccl),
+             m.cublas);
+  fmt::print("model: H {}, P {}, {} layers (BF16 edge layers: {}; the others NVFP4), eps {}, gain center {}\n",
+             o.hidden, o.pooled, o.layers,
+             edges.empty() ? std::string("none") : fmt::format("{}", fmt::join(edges, ", ")), o.eps, o.gain_center);
+  fmt::print(
+      "run: TP{} (one process per GPU), batches {}, capacity {}, PDL {}, {} warm-up + {} timed replays per "
+      "graph, {:.1f} GB read test, seed {}{}\n",
+      tp, join(o.batches), o.capacity, o.pdl ? "on" : "off", o.warmup, o.replays, o.read_gb, o.seed,
+      o.quick ? " (--quick)" : "");
   fmt::print("kernel cache: {}{}\n", results.cache_dir,
              results.cache_dir_temporary ? " (temporary, removed at the end: the first construction is cold)" : "");
   std::fflush(stdout);
 
-  const auto deadline = started + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.timeout_s));
+  const auto deadline =
+      started + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.timeout_s));
   bool stop = false;
   if (o.cold) {
     fmt::print("\ncold construction: starting {} rank(s) ...\n", tp);

@@ -74,27 +74,33 @@ struct Command {
 };
 
 const Command kCommands[] = {
-    {"list", "usage: pooler-cubin list\n\nOne line per cache entry (key, form, architecture, cubin bytes, compile "
-             "seconds, constants), then one line per kernel: registers per thread, static shared bytes per CTA, "
-             "local (stack frame) bytes per thread, maximum stack bytes. Local bytes above zero mean spills or local "
-             "arrays.\n"},
-    {"show", "usage: pooler-cubin show KEY\n\nPrints the entry's form, constants, architecture, NVRTC identity and "
-             "options, the NVRTC log and the specialized source with line numbers.\n"},
-    {"sass", "usage: pooler-cubin sass KEY\n\nDisassembles the entry's cubin with nvdisasm (or cuobjdump -sass), "
-             "searched on PATH and in /usr/local/cuda/bin. Exits 4 when neither is installed.\n"},
-    {"verify", "usage: pooler-cubin verify\n\nValidates every entry: magic, format version, key against the file "
-               "name, length, checksum, and that its cubin's ELF parses. Prints one line per entry; exits 1 if any "
-               "is bad (the library would recompile and replace it).\n"},
-    {"clear", "usage: pooler-cubin clear\n\nRemoves every entry, lock file and temporary file from the cache "
-              "directory (other files are left alone).\n"},
-    {"build", "usage: pooler-cubin build [--arch ARCH]... [--tp N]... [--batches LIST] [--capacity N]\n"
-              "                         [--hidden H] [--pooled P] [--norm EPS:GC]... [--edge-norm EPS:GC]... [--sample]\n\n"
-              "Compiles every form of a pooler configuration into the cache ahead of time, independent forms in "
-              "parallel, and prints each form with its origin, compile time and kernels' resources. Defaults: Muse "
-              "Spark (H 8192, P 4096), --arch sm_90 --arch sm_100a, --tp 1 --tp 2 --tp 4 --tp 8, --batches "
-              "1,2,4,8,16, --capacity 32, --norm 1e-5:1 (NVFP4 layers), --edge-norm 1e-5:1 (BF16 edge layers); the "
-              "stock norm and quantize forms of the benchmark are included. --sample compiles only the runtime's "
-              "sample form.\n"},
+    {"list",
+     "usage: pooler-cubin list\n\nOne line per cache entry (key, form, architecture, cubin bytes, compile "
+     "seconds, constants), then one line per kernel: registers per thread, static shared bytes per CTA, "
+     "local (stack frame) bytes per thread, maximum stack bytes. Local bytes above zero mean spills or local "
+     "arrays.\n"},
+    {"show",
+     "usage: pooler-cubin show KEY\n\nPrints the entry's form, constants, architecture, NVRTC identity and "
+     "options, the NVRTC log and the specialized source with line numbers.\n"},
+    {"sass",
+     "usage: pooler-cubin sass KEY\n\nDisassembles the entry's cubin with nvdisasm (or cuobjdump -sass), "
+     "searched on PATH and in /usr/local/cuda/bin. Exits 4 when neither is installed.\n"},
+    {"verify",
+     "usage: pooler-cubin verify\n\nValidates every entry: magic, format version, key against the file "
+     "name, length, checksum, and that its cubin's ELF parses. Prints one line per entry; exits 1 if any "
+     "is bad (the library would recompile and replace it).\n"},
+    {"clear",
+     "usage: pooler-cubin clear\n\nRemoves every entry, lock file and temporary file from the cache "
+     "directory (other files are left alone).\n"},
+    {"build",
+     "usage: pooler-cubin build [--arch ARCH]... [--tp N]... [--batches LIST] [--capacity N]\n"
+     "                         [--hidden H] [--pooled P] [--norm EPS:GC]... [--edge-norm EPS:GC]... [--sample]\n\n"
+     "Compiles every form of a pooler configuration into the cache ahead of time, independent forms in "
+     "parallel, and prints each form with its origin, compile time and kernels' resources. Defaults: Muse "
+     "Spark (H 8192, P 4096), --arch sm_90 --arch sm_100a, --tp 1 --tp 2 --tp 4 --tp 8, --batches "
+     "1,2,4,8,16, --capacity 32, --norm 1e-5:1 (NVFP4 layers), --edge-norm 1e-5:1 (BF16 edge layers); the "
+     "stock norm and quantize forms of the benchmark are included. --sample compiles only the runtime's "
+     "sample form.\n"},
 };
 
 // The library's location (POOLER_CACHE, POOLER_CACHE_DIR, POOLER_CACHE_SHARED);
@@ -186,8 +192,8 @@ int find_entry(const DiskCache& cache, const std::string& prefix, std::optional<
 void print_resources(const CacheEntry& entry) {
   try {
     for (const KernelResources& kernel : read_cubin_resources(entry.cubin)) {
-      fmt::print("    {:<34} {:>4} regs {:>7} shared {:>5} local {:>5} stack\n", printable(kernel.name), kernel.registers,
-                 kernel.shared_bytes, kernel.local_bytes, kernel.stack_bytes);
+      fmt::print("    {:<34} {:>4} regs {:>7} shared {:>5} local {:>5} stack\n", printable(kernel.name),
+                 kernel.registers, kernel.shared_bytes, kernel.local_bytes, kernel.stack_bytes);
     }
   } catch (const Error& error) {
     fmt::print("    (cannot read the cubin's resources: {})\n", printable(error.what()));
@@ -209,7 +215,8 @@ int list(const DiskCache& cache) {
       continue;
     }
     fmt::print("{:<12}  {:<24} {:<8} {:>8} {:>7.2f}s  {}\n", key.substr(0, 12), printable(entry->form),
-               printable(entry->architecture), entry->cubin.size(), entry->compile_seconds, printable(entry->constants));
+               printable(entry->architecture), entry->cubin.size(), entry->compile_seconds,
+               printable(entry->constants));
     print_resources(*entry);
   }
   return kOk;
@@ -220,11 +227,12 @@ int show(const DiskCache& cache, const std::string& prefix) {
   if (int status = find_entry(cache, prefix, entry); status != kOk) {
     return status;
   }
-  fmt::print("key:          {}\nform:         {}\ntemplate:     {}\nkernels:      {}\nconstants:    {}\n"
-             "architecture: {}\ncompiler:     {}\noptions:      {}\ncompile time: {:.3f} s\ncubin bytes:  {}\n",
-             entry->key, printable(entry->form), printable(entry->template_file), printable(entry->kernels),
-             printable(entry->constants), printable(entry->architecture), printable(entry->nvrtc),
-             printable(entry->options), entry->compile_seconds, entry->cubin.size());
+  fmt::print(
+      "key:          {}\nform:         {}\ntemplate:     {}\nkernels:      {}\nconstants:    {}\n"
+      "architecture: {}\ncompiler:     {}\noptions:      {}\ncompile time: {:.3f} s\ncubin bytes:  {}\n",
+      entry->key, printable(entry->form), printable(entry->template_file), printable(entry->kernels),
+      printable(entry->constants), printable(entry->architecture), printable(entry->nvrtc), printable(entry->options),
+      entry->compile_seconds, entry->cubin.size());
   fmt::print("resources:\n");
   print_resources(*entry);
   fmt::print("--- NVRTC log ---\n{}\n", entry->log.empty() ? "(empty)" : printable(entry->log, true));
@@ -286,8 +294,9 @@ int sass(const DiskCache& cache, const std::string& prefix) {
   } else if (std::string cuobjdump = find_program("cuobjdump"); !cuobjdump.empty()) {
     command = {cuobjdump, "-sass"};
   } else {
-    fmt::print(stderr, "pooler-cubin: neither nvdisasm nor cuobjdump is installed (searched PATH and "
-                       "/usr/local/cuda/bin); install the CUDA toolkit's binary utilities to see SASS\n");
+    fmt::print(stderr,
+               "pooler-cubin: neither nvdisasm nor cuobjdump is installed (searched PATH and "
+               "/usr/local/cuda/bin); install the CUDA toolkit's binary utilities to see SASS\n");
     return kNoTool;
   }
   // A private folder (mkdtemp, 0700) and a file created there exclusively:

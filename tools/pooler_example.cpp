@@ -23,7 +23,8 @@ static void check(ncclResult_t status, const char* what) {
 
 int main(int argc, char** argv) {
   if (argc != 4) {
-    std::fprintf(stderr, "usage: pooler-example RANK RANKS UNIQUE_ID_FILE (rank 0 writes the id, the others read it)\n");
+    std::fprintf(stderr,
+                 "usage: pooler-example RANK RANKS UNIQUE_ID_FILE (rank 0 writes the id, the others read it)\n");
     return 2;
   }
   const int rank = std::atoi(argv[1]), ranks = std::atoi(argv[2]);
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
           1e-5f, 1.0f, edge ? std::nullopt : std::optional(TensorView::scalar(global_scale, DType::f32)), ranks, rank));
     }
     pooler::Pooler pooler(comm, options);  // collective: compiles (or loads) every form
-    pooler.warm_up();                       // collective: before any capture
+    pooler.warm_up();                      // collective: before any capture
 
     CUstream stream;
     CHECK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));

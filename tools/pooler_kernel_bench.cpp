@@ -74,8 +74,8 @@ void write_json(const Setup& setup, const std::vector<std::unique_ptr<Section>>&
   if (!out) throw Error(fmt::format("cannot write {}", o.json));
   out << "{\n  \"device\": \"" << json_escape(setup.info.name) << "\",\n  \"architecture\": \"" << setup.arch
       << "\",\n  \"multiprocessors\": " << setup.info.multiprocessors << ",\n  \"l2_bytes\": " << setup.info.l2_bytes
-      << ",\n  \"read_ceiling_gbps\": " << fmt::format("{:.2f}", setup.ceiling.gbps) << ",\n  \"read_ceiling_config\": \""
-      << setup.ceiling.config << "\",\n  \"k\": " << o.k;
+      << ",\n  \"read_ceiling_gbps\": " << fmt::format("{:.2f}", setup.ceiling.gbps)
+      << ",\n  \"read_ceiling_config\": \"" << setup.ceiling.config << "\",\n  \"k\": " << o.k;
   for (const auto& section : all) section->write_json(out, setup);
   out << "\n}\n";
   std::printf("wrote %s\n", o.json.c_str());

@@ -48,11 +48,12 @@ struct POOLER_API TensorView {
 
 // What the pooler reads from one stock MoE layer (views, no copies).
 struct POOLER_API PoolerLayer {
-  TensorView weight;                        // this rank's rows of the pooler weight: BF16 [P / tp, H], contiguous
-  TensorView norm_weight;                   // pre_expert_norm weight: BF16 [P], applied after the norm
-  float eps = 1e-5f;                        // pre_expert_norm epsilon
-  float gain_center = 1.0f;                 // effective weight = weight + gain_center
-  std::optional<TensorView> global_scale;   // NVFP4 input global scale: one FP32 on the device; none for a BF16 edge layer
+  TensorView weight;         // this rank's rows of the pooler weight: BF16 [P / tp, H], contiguous
+  TensorView norm_weight;    // pre_expert_norm weight: BF16 [P], applied after the norm
+  float eps = 1e-5f;         // pre_expert_norm epsilon
+  float gain_center = 1.0f;  // effective weight = weight + gain_center
+  std::optional<TensorView>
+      global_scale;  // NVFP4 input global scale: one FP32 on the device; none for a BF16 edge layer
 
   bool nvfp4() const { return global_scale.has_value(); }
 };
@@ -62,19 +63,18 @@ struct POOLER_API PoolerLayer {
 // `global_scale` one FP32 value or none. Checks what the fused path assumes and
 // throws InvalidArgument naming the value otherwise (like the Python pooler gather's pooler_layer).
 POOLER_API PoolerLayer pooler_layer(const TensorView& weight, const TensorView& norm_weight, float eps,
-                                    float gain_center, const std::optional<TensorView>& global_scale, int tp,
-                                    int rank);
+                                    float gain_center, const std::optional<TensorView>& global_scale, int tp, int rank);
 
 struct POOLER_API PoolerOptions {
   std::vector<PoolerLayer> layers;
-  std::vector<int> batches = {8};                            // the b of run(); each gets a GEMM form
-  int capacity = 32;                                         // mailbox rows: every b lies in [1, capacity]
-  bool enable_pdl = true;                                    // programmatic dependent launch between the kernels
+  std::vector<int> batches = {8};  // the b of run(); each gets a GEMM form
+  int capacity = 32;               // mailbox rows: every b lies in [1, capacity]
+  bool enable_pdl = true;          // programmatic dependent launch between the kernels
   std::chrono::nanoseconds spin_timeout = std::chrono::seconds(10);  // how long a consumer waits for a peer
-  int hidden = 8192;                                         // H: the GEMM's K (Muse Spark)
-  int pooled = 4096;                                         // P: the pooled width (Muse Spark)
-  std::optional<PoolerGemmShape> gemm_shape;                 // default: choose_gemm_shape per batch
-  bool fuse_publish = true;                                  // run(): the GEMM's epilogue publishes (no publish kernel)
+  int hidden = 8192;                                                 // H: the GEMM's K (Muse Spark)
+  int pooled = 4096;                                                 // P: the pooled width (Muse Spark)
+  std::optional<PoolerGemmShape> gemm_shape;                         // default: choose_gemm_shape per batch
+  bool fuse_publish = true;              // run(): the GEMM's epilogue publishes (no publish kernel)
   bool one_round_trip_consumer = false;  // gather()/run(): the consumer variant with one dependent round trip after
                                          // its PDL wait (same outputs); POOLER_CONSUMER=baseline|one_round_trip
                                          // overrides it

@@ -55,13 +55,13 @@ struct MailboxStateBlock {
 // What the first poller to pass its deadline leaves in host-visible (mapped) memory.
 // The kernel writes every other field, then a system fence, then `flag`.
 struct TimeoutRecord {
-  u32 flag;                      // 0: nothing happened; 1: the record below is valid
-  int rank;                      // the consumer's rank
-  int missing_peer;              // the rank whose slot still held the sentinel
-  int layer;                     // the caller's layer index (launch argument)
-  int stage;                     // the stage of the failed call
-  int row;                       // the row (CTA) that gave up
-  unsigned long long elapsed_ns; // %globaltimer time from the first empty poll to giving up
+  u32 flag;                       // 0: nothing happened; 1: the record below is valid
+  int rank;                       // the consumer's rank
+  int missing_peer;               // the rank whose slot still held the sentinel
+  int layer;                      // the caller's layer index (launch argument)
+  int stage;                      // the stage of the failed call
+  int row;                        // the row (CTA) that gave up
+  unsigned long long elapsed_ns;  // %globaltimer time from the first empty poll to giving up
 };
 
 // Every rank's mailbox base address as this rank sees it (a kernel parameter, by value).
@@ -79,9 +79,7 @@ static_assert(sizeof(MailboxPeers) == 64, "MailboxPeers layout is shared with th
 
 // Whether either BF16 lane of a word is exactly 0x8000: a bitwise test, because a float
 // compare would take +0.0 for the sentinel too.
-POOLER_DEVICE bool has_sentinel_lane(u32 w) {
-  return (w & 0xFFFFu) == 0x8000u || (w & 0xFFFF0000u) == 0x80000000u;
-}
+POOLER_DEVICE bool has_sentinel_lane(u32 w) { return (w & 0xFFFFu) == 0x8000u || (w & 0xFFFF0000u) == 0x80000000u; }
 
 // The word with every -0.0 lane made +0.0, so that a published value is never read as
 // "not yet written".
@@ -96,15 +94,16 @@ POOLER_DEVICE u32 without_negative_zero(u32 w) {
 // Element offset of row `row` of slot [stage][slot] in a [3][TP][CAPACITY][W] mailbox.
 template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE unsigned long long mailbox_row_offset(u32 stage, u32 slot, u32 row) {
-  return ((static_cast<unsigned long long>(stage) * kTp + slot) * kCapacity + row) * static_cast<unsigned long long>(kWidth);
+  return ((static_cast<unsigned long long>(stage) * kTp + slot) * kCapacity + row) *
+         static_cast<unsigned long long>(kWidth);
 }
 
 // ---- the consumer side ------------------------------------------------------------------
 
 // What a consumer CTA reads of the state when it starts.
 struct MailboxCall {
-  u32 stage;           // this call's stage
-  u32 rows_to_clear;   // rows the previous call used in stage (stage + 2) % 3
+  u32 stage;          // this call's stage
+  u32 rows_to_clear;  // rows the previous call used in stage (stage + 2) % 3
 };
 
 // Every thread reads the state itself (a broadcast load; cheaper than a barrier). Call
@@ -215,7 +214,6 @@ POOLER_DEVICE void mailbox_arrive(MailboxStateBlock* state, const MailboxCall& c
   }
 }
 
-
 // ---- the consumer side, one round trip after the PDL wait ---------------------------------
 // The consumers with ONE_ROUND_TRIP = 1 keep the protocol above (the same stage, state
 // block and timeout record; mixable call by call with the consumers above) but shorten
@@ -316,8 +314,7 @@ POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, cons
   // Every CTA of the grid is resident (they all passed pdl_wait before any dependent
   // launch could take their place) and each arrives even after a timeout, so this ends.
   if (gridDim.x > 1u) {
-    while (ld_acquire_gpu_u32(&state->arrived) != gridDim.x - 1u) {
-    }
+    while (ld_acquire_gpu_u32(&state->arrived) != gridDim.x - 1u) {}
   }
   st_relaxed_gpu_u32(&state->rows[snapshot.stage], 0u);
   st_relaxed_gpu_u32(&state->stage, (snapshot.stage + 1u) % kMailboxStages);

@@ -106,7 +106,8 @@ POOLER_DEVICE void norm16(const u32 (&x)[8], const u32 (&weight)[8], float inv, 
 
 // The whole norm of one row for this thread's 16 columns, with POOLED_WIDTH / 16 threads.
 template <int POOLED_WIDTH>
-POOLER_DEVICE void rms_norm_row16(const u32 (&x)[8], const u32 (&weight)[8], float eps, float gain_center, u32 (&y)[8]) {
+POOLER_DEVICE void rms_norm_row16(const u32 (&x)[8], const u32 (&weight)[8], float eps, float gain_center,
+                                  u32 (&y)[8]) {
   constexpr int kThreads = POOLED_WIDTH / 16;
   __shared__ float partials[kThreads / 32];
   const float total = cta_sum<kThreads>(sum_squares16(x), partials);

@@ -143,7 +143,7 @@ POOLER_HD u8 float_to_e4m3_satfinite_rn(float x) {
   const u32 sign = (u >> 24) & 0x80u;
   const u32 a = detail::magnitude_bits(u);
   if (a >= 0x43E00000u) return static_cast<u8>(sign | 0x7Eu);  // 448.0f
-  if (a >= 0x3C800000u) {                                        // 2^-6, smallest normal
+  if (a >= 0x3C800000u) {                                      // 2^-6, smallest normal
     // Rebias the exponent 127 -> 7 in place; the rounding carry may then step the
     // exponent up, which stays below 0x7F because a < 448.
     const u32 rebiased = a - (120u << 23);
@@ -199,8 +199,7 @@ POOLER_HD u8 float_to_e2m1_satfinite_rn(float x) {
 // Two E2M1 codes in one byte, software: `even` (column 2k) in the low nibble and
 // `odd` (column 2k+1) in the high nibble, the NVFP4 packing of numerics.md.
 POOLER_HD u8 e2m1x2_sw(float even, float odd) {
-  return static_cast<u8>(float_to_e2m1_satfinite_rn(even) |
-                         (float_to_e2m1_satfinite_rn(odd) << 4));
+  return static_cast<u8>(float_to_e2m1_satfinite_rn(even) | (float_to_e2m1_satfinite_rn(odd) << 4));
 }
 
 // ---- device-only: the hardware instructions the stock kernels use ----------------

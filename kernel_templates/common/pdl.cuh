@@ -5,9 +5,7 @@
 
 // Returns once the previous kernel in the stream has completed and its memory
 // is visible: call before reading what it wrote or overwriting what it reads.
-__device__ __forceinline__ void pdl_wait() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
 // Lets the next kernel in the stream start its prologue (it still waits in
 // its own pdl_wait for this one to finish).

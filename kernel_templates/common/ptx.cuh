@@ -27,7 +27,10 @@ POOLER_DEVICE void ld_global_v4(const void* address, u32 (&v)[4]) {
 }
 
 POOLER_DEVICE void st_global_v4(void* address, const u32 (&v)[4]) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" : : "l"(address), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3]) : "memory");
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};"
+               :
+               : "l"(address), "r"(v[0]), "r"(v[1]), "r"(v[2]), "r"(v[3])
+               : "memory");
 }
 
 POOLER_DEVICE void st_global_v2(void* address, u32 a, u32 b) {
@@ -171,9 +174,7 @@ POOLER_DEVICE unsigned sm_id() {
 
 // ---- shared memory, cp.async ------------------------------------------------------------
 
-POOLER_DEVICE u32 shared_address(const void* p) {
-  return static_cast<u32>(__cvta_generic_to_shared(p));
-}
+POOLER_DEVICE u32 shared_address(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
 
 POOLER_DEVICE U32x4 ld_shared_v4(u32 address) {
   U32x4 v;
@@ -210,15 +211,9 @@ POOLER_DEVICE void cp_async_commit_and_wait_all() {
 
 // ---- clusters, distributed shared memory, mbarriers ---------------------------------------
 
-POOLER_DEVICE void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-POOLER_DEVICE void cluster_arrive_release() {
-  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-POOLER_DEVICE void cluster_wait_acquire() {
-  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
+POOLER_DEVICE void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }
+POOLER_DEVICE void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
+POOLER_DEVICE void cluster_wait_acquire() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
 // The shared::cluster address of `local` (a shared::cta address) in CTA `rank` of this
 // cluster.

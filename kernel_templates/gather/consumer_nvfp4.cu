@@ -24,8 +24,8 @@ static_assert(ONE_ROUND_TRIP == 0 || ONE_ROUND_TRIP == 1, "ONE_ROUND_TRIP is 0 o
 
 extern "C" __global__ void __launch_bounds__(POOLED / 16)
     pooler_consumer_nvfp4(pooler::u16* mailbox, pooler::MailboxStateBlock* state, pooler::TimeoutRecord* record,
-                          const pooler::u16* weight, const float* global_scale, pooler::u8* packed,
-                          pooler::u8* scales, int rank, int layer, unsigned long long timeout_ns) {
+                          const pooler::u16* weight, const float* global_scale, pooler::u8* packed, pooler::u8* scales,
+                          int rank, int layer, unsigned long long timeout_ns) {
   using namespace pooler;
   const u32 column = threadIdx.x * 16u;
   const u32 row = blockIdx.x;

@@ -45,13 +45,13 @@ using pooler::U32x4;
 
 constexpr int kWarps = WARPS_N * WARPS_K;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kBatchTiles = (ROWS + 7) / 8;             // MMA N tiles over the batch
-constexpr int kColumnsPerCta = 16 * TILES * WARPS_N;    // shared by the cluster
-constexpr int kSliceK = K / SPLIT_K;                    // K values per CTA
-constexpr int kWarpK = kSliceK / WARPS_K;               // K values per warp
-constexpr int kSteps = kWarpK / 32;                     // 32-wide K steps per warp
+constexpr int kBatchTiles = (ROWS + 7) / 8;           // MMA N tiles over the batch
+constexpr int kColumnsPerCta = 16 * TILES * WARPS_N;  // shared by the cluster
+constexpr int kSliceK = K / SPLIT_K;                  // K values per CTA
+constexpr int kWarpK = kSliceK / WARPS_K;             // K values per warp
+constexpr int kSteps = kWarpK / 32;                   // 32-wide K steps per warp
 constexpr int kIterations = kSteps / K_UNROLL;
-constexpr int kPartials = SPLIT_K * WARPS_K;            // partial sums per output
+constexpr int kPartials = SPLIT_K * WARPS_K;  // partial sums per output
 
 // The cluster ranks that finish columns: all SPLIT_K, except that the fused
 // publish needs whole 8-column pieces per rank and so takes the most ranks
@@ -63,7 +63,7 @@ constexpr int owner_count() {
   return owners;
 }
 constexpr int kOwners = owner_count();
-constexpr int kOwned = kColumnsPerCta / kOwners;        // columns each finishing cluster rank owns
+constexpr int kOwned = kColumnsPerCta / kOwners;  // columns each finishing cluster rank owns
 // Row pitch of the reduction buffer in floats. With a pitch of 4 (mod 8), the
 // four lanes q of a fragment store (rows 2q, pitch 2q*pitch) land 8 banks apart
 // and the 8 lanes g in consecutive banks: the epilogue's stores are
@@ -80,7 +80,7 @@ constexpr int kReduceBytes = kPartials * 8 * kBatchTiles * kOwnedPitch * 4;
 constexpr int kWarpRows = 16 * TILES;
 constexpr int kChunkK = 32 * K_UNROLL;
 constexpr int kChunkBytes = 2 * kChunkK;
-constexpr int kChunks = kWarpK / kChunkK;               // chunks each warp streams
+constexpr int kChunks = kWarpK / kChunkK;  // chunks each warp streams
 // Rows are kChunkBytes apart. Lanes g and g+1 (one 8-lane phase of a 16-byte
 // load) read the same 64 bytes of their rows; for them to hit different banks,
 // odd rows store each 128 bytes with their two halves swapped (piece p at
@@ -156,8 +156,8 @@ __device__ __forceinline__ void mma_tile(float (&acc)[kBatchTiles][4], const U32
 // chunk consumed (empty past the last chunk), so that before chunk c is read
 // STAGES groups are younger than its own: wait_group(STAGES - 1).
 struct Ring {
-  u32 stages;         // shared address of the warp's stage 0
-  const u16* rows;    // w at the warp's first row and first K
+  u32 stages;       // shared address of the warp's stage 0
+  const u16* rows;  // w at the warp's first row and first K
   int lane;
   unsigned long long policy;  // L2 policy of the loads of w
 
@@ -213,8 +213,8 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // blockIdx.x, so this is also %cluster_ctarank.
   const int split = static_cast<int>(blockIdx.x) % SPLIT_K;
   const int block = static_cast<int>(blockIdx.x) / SPLIT_K;
-  const int warp_column = warp_n * 16 * TILES;           // first column of the warp within the CTA
-  const int warp_k0 = warp_k * kWarpK;                    // first K of the warp within the CTA slice
+  const int warp_column = warp_n * 16 * TILES;  // first column of the warp within the CTA
+  const int warp_k0 = warp_k * kWarpK;          // first K of the warp within the CTA slice
 
   // Lane's w pointer for tile 0, row g, step 0; tile t, half h (rows +8) and
   // step j add (16t + 8h) * K + 32j elements.
@@ -240,7 +240,8 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 #pragma unroll
       for (int t = 0; t < TILES; ++t) {
 #pragma unroll
-        for (int h = 0; h < 2; ++h) wbuf[u][t][h] = pooler::ld_stream_v4(w_lane + (16 * t + 8 * h) * K + 32 * u, policy);
+        for (int h = 0; h < 2; ++h)
+          wbuf[u][t][h] = pooler::ld_stream_v4(w_lane + (16 * t + 8 * h) * K + 32 * u, policy);
       }
     }
   } else {
@@ -364,7 +365,8 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 #pragma unroll
         for (int t = 0; t < TILES; ++t) {
 #pragma unroll
-          for (int h = 0; h < 2; ++h) wbuf[u][t][h] = pooler::ld_stream_v4(w_next + (16 * t + 8 * h) * K + 32 * u, policy);
+          for (int h = 0; h < 2; ++h)
+            wbuf[u][t][h] = pooler::ld_stream_v4(w_next + (16 * t + 8 * h) * K + 32 * u, policy);
         }
       }
     }
@@ -405,10 +407,11 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
           if (r < ROWS) {
             float* slot = reduce + (partial * 8 * kBatchTiles + r) * kOwnedPitch + owned;
             if constexpr (ASYNC_REDUCE) {
-              pooler::st_async_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)), acc[t][b][2 * half + e],
-                          pooler::map_to_rank(barrier, static_cast<u32>(owner)));
+              pooler::st_async_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)),
+                                   acc[t][b][2 * half + e], pooler::map_to_rank(barrier, static_cast<u32>(owner)));
             } else if constexpr (SPLIT_K > 1) {
-              pooler::st_shared_cluster_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)), acc[t][b][2 * half + e]);
+              pooler::st_shared_cluster_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)),
+                                            acc[t][b][2 * half + e]);
             } else {
               *slot = acc[t][b][2 * half + e];
             }

@@ -11,9 +11,10 @@ namespace pooler {
 
 void check_pooled_width(const char* what, int pooled) {
   if (!valid_pooled_width(pooled)) {
-    throw InvalidArgument(fmt::format("{}: pooled width P = {}; expected a multiple of 512 in [512, 16384] "
-                                      "(P / 16 threads, one per 16-column block, must be whole warps of one CTA)",
-                                      what, pooled));
+    throw InvalidArgument(
+        fmt::format("{}: pooled width P = {}; expected a multiple of 512 in [512, 16384] "
+                    "(P / 16 threads, one per 16-column block, must be whole warps of one CTA)",
+                    what, pooled));
   }
 }
 
@@ -25,8 +26,7 @@ void check_tensor_parallel(const char* what, int tp) {
 
 void check_capacity(const char* what, int capacity) {
   if (!valid_capacity(capacity)) {
-    throw InvalidArgument(
-        fmt::format("{}: capacity = {} rows; expected 1 to {}", what, capacity, kMaxMailboxCapacity));
+    throw InvalidArgument(fmt::format("{}: capacity = {} rows; expected 1 to {}", what, capacity, kMaxMailboxCapacity));
   }
 }
 
@@ -57,8 +57,8 @@ MailboxPeers make_peers(std::span<const CUdeviceptr> bases) {
   MailboxPeers peers{};
   for (std::size_t r = 0; r < bases.size(); ++r) {
     if (bases[r] == 0 || bases[r] % 16 != 0) {
-      throw InvalidArgument(
-          fmt::format("mailbox peers: rank {}'s base is {:#x}; expected a non-null 16-byte aligned address", r, bases[r]));
+      throw InvalidArgument(fmt::format(
+          "mailbox peers: rank {}'s base is {:#x}; expected a non-null 16-byte aligned address", r, bases[r]));
     }
     peers.base[r] = bases[r];
   }

@@ -12,9 +12,9 @@ namespace pooler {
 
 std::string describe_nccl_error(ncclResult_t result, const char* call, const std::string& context,
                                 const std::string& nccl_error_string, const std::string& last_error) {
-  std::string message = fmt::format("{} failed: {}", call != nullptr ? call : "an NCCL call",
-                                    nccl_error_string.empty() ? fmt::format("ncclResult_t {}", static_cast<int>(result))
-                                                              : nccl_error_string);
+  std::string message = fmt::format(
+      "{} failed: {}", call != nullptr ? call : "an NCCL call",
+      nccl_error_string.empty() ? fmt::format("ncclResult_t {}", static_cast<int>(result)) : nccl_error_string);
   if (!last_error.empty()) {
     message += fmt::format(" (NCCL: {})", last_error);
   }
@@ -51,9 +51,10 @@ std::string nccl_version_string(int code) {
 void require_nvls_disabled() {
   const char* value = std::getenv("NCCL_NVLS_ENABLE");
   if (value == nullptr || std::strcmp(value, "0") != 0) {
-    throw Error(fmt::format("NCCL_NVLS_ENABLE is {}, expected \"0\": NVLink multicast is forbidden on these hosts; set "
-                            "NCCL_NVLS_ENABLE=0 in the environment before the first communicator is created",
-                            value == nullptr ? std::string("unset") : fmt::format("\"{}\"", value)));
+    throw Error(
+        fmt::format("NCCL_NVLS_ENABLE is {}, expected \"0\": NVLink multicast is forbidden on these hosts; set "
+                    "NCCL_NVLS_ENABLE=0 in the environment before the first communicator is created",
+                    value == nullptr ? std::string("unset") : fmt::format("\"{}\"", value)));
   }
 }
 
@@ -76,13 +77,13 @@ NcclComm::NcclComm(int ranks, const ncclUniqueId& id, int rank) : rank_(rank), r
   POOLER_CU(cuCtxGetCurrent(&current), "NcclComm: the current context");
   if (current == nullptr) {
     // NCCL would silently fall back to GPU 0.
-    throw Error(fmt::format("NcclComm: no CUDA context is current on this thread; make the context of rank {}'s GPU "
-                            "current (ContextScope) before joining the communicator",
-                            rank));
+    throw Error(
+        fmt::format("NcclComm: no CUDA context is current on this thread; make the context of rank {}'s GPU "
+                    "current (ContextScope) before joining the communicator",
+                    rank));
   }
   ncclComm_t comm = nullptr;
-  check_nccl(ncclCommInitRank(&comm, ranks, id, rank), "ncclCommInitRank",
-             fmt::format("rank {} of {}", rank, ranks));
+  check_nccl(ncclCommInitRank(&comm, ranks, id, rank), "ncclCommInitRank", fmt::format("rank {} of {}", rank, ranks));
   comm_ = comm;
 }
 

@@ -67,9 +67,7 @@ constexpr std::size_t kWindowAlignment = 4096;  // what NCCL 2.28.9 requires of 
 #endif
 
 // Waits for all work of the current context.
-CUresult synchronize_current_context() {
-  return driver().cuCtxSynchronize();
-}
+CUresult synchronize_current_context() { return driver().cuCtxSynchronize(); }
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::string text;
@@ -80,9 +78,10 @@ std::string rank_list(const std::vector<int>& ranks) {
 }
 
 std::string layout_hint() {
-  return fmt::format("the loaded NCCL may lay out ncclWindow_vidmem differently from the NCCL {} headers pooler was "
-                     "built with",
-                     nccl_version_string(NCCL_VERSION_CODE));
+  return fmt::format(
+      "the loaded NCCL may lay out ncclWindow_vidmem differently from the NCCL {} headers pooler was "
+      "built with",
+      nccl_version_string(NCCL_VERSION_CODE));
 }
 
 }  // namespace
@@ -90,29 +89,33 @@ std::string layout_hint() {
 std::vector<CUdeviceptr> lsa_peer_addresses(const WindowView& window, const LsaTeam& team, int world_rank,
                                             int world_size) {
   if (world_size < 1 || world_rank < 0 || world_rank >= world_size) {
-    throw InvalidArgument(fmt::format("lsa_peer_addresses: world rank {} of {}, expected 0 <= rank < size", world_rank,
-                                      world_size));
+    throw InvalidArgument(
+        fmt::format("lsa_peer_addresses: world rank {} of {}, expected 0 <= rank < size", world_rank, world_size));
   }
   if (team.ranks < 1 || team.rank < 0 || team.rank >= team.ranks || team.stride != 1) {
-    throw Error(fmt::format("NCCL reported an LSA team of {} ranks with this rank (world rank {}) at index {}, stride "
-                            "{}; expected at least one rank, an index inside the team and stride 1",
-                            team.ranks, world_rank, team.rank, team.stride));
+    throw Error(
+        fmt::format("NCCL reported an LSA team of {} ranks with this rank (world rank {}) at index {}, stride "
+                    "{}; expected at least one rank, an index inside the team and stride 1",
+                    team.ranks, world_rank, team.rank, team.stride));
   }
   if (window.world_rank != world_rank || window.lsa_rank != team.rank) {
-    throw Error(fmt::format("the window descriptor says world rank {} and LSA rank {}, but the communicator says world "
-                            "rank {} and ncclTeamLsa says LSA rank {}: {}",
-                            window.world_rank, window.lsa_rank, world_rank, team.rank, layout_hint()));
+    throw Error(
+        fmt::format("the window descriptor says world rank {} and LSA rank {}, but the communicator says world "
+                    "rank {} and ncclTeamLsa says LSA rank {}: {}",
+                    window.world_rank, window.lsa_rank, world_rank, team.rank, layout_hint()));
   }
   if (window.stride4g == 0 || window.lsa_flat_base == 0 || window.lsa_flat_base % kWindowAlignment != 0) {
-    throw Error(fmt::format("the window descriptor holds lsaFlatBase 0x{:x} and stride4G {}; expected a non-null, "
-                            "{}-byte aligned base and a non-zero stride: {}",
-                            window.lsa_flat_base, window.stride4g, kWindowAlignment, layout_hint()));
+    throw Error(
+        fmt::format("the window descriptor holds lsaFlatBase 0x{:x} and stride4G {}; expected a non-null, "
+                    "{}-byte aligned base and a non-zero stride: {}",
+                    window.lsa_flat_base, window.stride4g, kWindowAlignment, layout_hint()));
   }
   // The last LSA peer's copy must fit below 2^64: add4G wraps the upper half.
   if ((window.lsa_flat_base >> 32) + static_cast<std::uint64_t>(team.ranks - 1) * window.stride4g >= (1ull << 32)) {
-    throw Error(fmt::format("the window descriptor's lsaFlatBase 0x{:x} plus {} strides of {} x 4 GiB overflows the "
-                            "address space: {}",
-                            window.lsa_flat_base, team.ranks - 1, window.stride4g, layout_hint()));
+    throw Error(
+        fmt::format("the window descriptor's lsaFlatBase 0x{:x} plus {} strides of {} x 4 GiB overflows the "
+                    "address space: {}",
+                    window.lsa_flat_base, team.ranks - 1, window.stride4g, layout_hint()));
   }
   std::vector<int> unreachable;
   std::vector<CUdeviceptr> addresses(static_cast<std::size_t>(world_size), 0);
@@ -131,9 +134,10 @@ std::vector<CUdeviceptr> lsa_peer_addresses(const WindowView& window, const LsaT
   }
   if (!unreachable.empty()) {
     const int first = world_rank - team.rank;
-    throw Error(fmt::format("pooler needs every TP rank in one NVLink domain; ranks {} are not load/store accessible "
-                            "from rank {} (NCCL's LSA team of rank {} holds ranks {}..{} of {})",
-                            rank_list(unreachable), world_rank, world_rank, first, first + team.ranks - 1, world_size));
+    throw Error(
+        fmt::format("pooler needs every TP rank in one NVLink domain; ranks {} are not load/store accessible "
+                    "from rank {} (NCCL's LSA team of rank {} holds ranks {}..{} of {})",
+                    rank_list(unreachable), world_rank, world_rank, first, first + team.ranks - 1, world_size));
   }
   return addresses;
 }
@@ -143,8 +147,8 @@ void SymmetricBuffer::check_arguments(ncclComm_t comm, std::size_t bytes) {
     throw InvalidArgument("SymmetricBuffer: the communicator is null, expected the engine's NCCL communicator");
   }
   if (bytes == 0 || bytes % kGranule != 0) {
-    throw InvalidArgument(fmt::format("SymmetricBuffer: bytes is {}, expected a positive multiple of {}", bytes,
-                                      kGranule));
+    throw InvalidArgument(
+        fmt::format("SymmetricBuffer: bytes is {}, expected a positive multiple of {}", bytes, kGranule));
   }
   if (bytes > (std::size_t{1} << 40)) {
     throw InvalidArgument(fmt::format("SymmetricBuffer: bytes is {}, expected at most 1 TiB", bytes));
@@ -158,8 +162,8 @@ SymmetricBuffer::SymmetricBuffer(ncclComm_t comm, std::size_t bytes) : comm_(com
   check_nccl(ncclCommCount(comm, &size_), "ncclCommCount", "SymmetricBuffer", comm);
   int comm_device = -1;
   check_nccl(ncclCommCuDevice(comm, &comm_device), "ncclCommCuDevice", "SymmetricBuffer", comm);
-  const std::string who = fmt::format("SymmetricBuffer of {} bytes, rank {} of {}, GPU {}", bytes, rank_, size_,
-                                      comm_device);
+  const std::string who =
+      fmt::format("SymmetricBuffer of {} bytes, rank {} of {}, GPU {}", bytes, rank_, size_, comm_device);
 
   // ncclMemAlloc allocates on the current device: it must be the comm's.
   POOLER_CU(cuCtxGetCurrent(&context_), who);
@@ -173,9 +177,10 @@ SymmetricBuffer::SymmetricBuffer(ncclComm_t comm, std::size_t bytes) : comm_(com
                             nccl_version_string(version)));
   }
   if (const char* nvls = std::getenv("NCCL_NVLS_ENABLE"); nvls == nullptr || std::strcmp(nvls, "0") != 0) {
-    log().warn("{}: NCCL_NVLS_ENABLE is not 0; pooler uses no NVLink multicast, but NCCL may bind it to the window "
-               "where the communicator has NVLS",
-               who);
+    log().warn(
+        "{}: NCCL_NVLS_ENABLE is not 0; pooler uses no NVLink multicast, but NCCL may bind it to the window "
+        "where the communicator has NVLS",
+        who);
   }
 
   // Every rank must map the same size: a smaller peer would be overrun. The
@@ -191,9 +196,10 @@ SymmetricBuffer::SymmetricBuffer(ncclComm_t comm, std::size_t bytes) : comm_(com
     int current_device = -1;
     POOLER_CU(cuPointerGetAttribute(&current_device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, scratch.get()), who);
     if (current_device != comm_device) {
-      throw Error(fmt::format("{}: the current CUDA context belongs to GPU {}, not to the communicator's GPU {}; make "
-                              "GPU {}'s context current first",
-                              who, current_device, comm_device, comm_device));
+      throw Error(
+          fmt::format("{}: the current CUDA context belongs to GPU {}, not to the communicator's GPU {}; make "
+                      "GPU {}'s context current first",
+                      who, current_device, comm_device, comm_device));
     }
     Stream stream;
     const long long request[2] = {static_cast<long long>(bytes), -static_cast<long long>(bytes)};
@@ -205,9 +211,10 @@ SymmetricBuffer::SymmetricBuffer(ncclComm_t comm, std::size_t bytes) : comm_(com
     POOLER_CU(cuMemcpyDtoHAsync(agreed, scratch.get(), sizeof(agreed), stream.get()), who);
     stream.synchronize();
     if (agreed[0] != request[0] || agreed[1] != request[1]) {
-      throw InvalidArgument(fmt::format("{}: the ranks asked for different sizes (largest {} bytes, smallest {}); "
-                                        "every rank must pass the same size",
-                                        who, agreed[0], -agreed[1]));
+      throw InvalidArgument(
+          fmt::format("{}: the ranks asked for different sizes (largest {} bytes, smallest {}); "
+                      "every rank must pass the same size",
+                      who, agreed[0], -agreed[1]));
     }
   }
 
@@ -228,17 +235,19 @@ SymmetricBuffer::SymmetricBuffer(ncclComm_t comm, std::size_t bytes) : comm_(com
                "ncclCommWindowRegister", fmt::format("{}: NCCL_WIN_COLL_SYMMETRIC", who), comm);
     window_ = window;
     if (window_ == nullptr) {
-      throw Error(fmt::format("{}: ncclCommWindowRegister returned no window (symmetric memory unsupported on this "
-                              "communicator: NCCL_CUMEM_ENABLE=0, or ranks on several nodes?)",
-                              who));
+      throw Error(
+          fmt::format("{}: ncclCommWindowRegister returned no window (symmetric memory unsupported on this "
+                      "communicator: NCCL_CUMEM_ENABLE=0, or ranks on several nodes?)",
+                      who));
     }
     // NCCL writes the descriptor with an asynchronous copy on a stream of its
     // own; wait for it before reading.
     check(synchronize_current_context(), "cuCtxSynchronize", fmt::format("{}: waiting for the window descriptor", who));
     WindowPrefix prefix;
     std::memset(&prefix, 0, sizeof(prefix));
-    POOLER_CU(cuMemcpyDtoH(&prefix, static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(window_)), sizeof(prefix)),
-              fmt::format("{}: reading the window descriptor", who));
+    POOLER_CU(
+        cuMemcpyDtoH(&prefix, static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(window_)), sizeof(prefix)),
+        fmt::format("{}: reading the window descriptor", who));
     WindowView view;
     view.lsa_flat_base = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(prefix.lsaFlatBase));
     view.lsa_rank = prefix.lsaRank;
@@ -275,9 +284,7 @@ SymmetricBuffer::SymmetricBuffer(SymmetricBuffer&& other) noexcept
       size_(other.size_),
       peers_(std::move(other.peers_)) {}
 
-SymmetricBuffer::~SymmetricBuffer() {
-  release();
-}
+SymmetricBuffer::~SymmetricBuffer() { release(); }
 
 void SymmetricBuffer::release() noexcept {
   if (memory_ == nullptr && window_ == nullptr) {
@@ -312,8 +319,8 @@ void SymmetricBuffer::release() noexcept {
 
 CUdeviceptr SymmetricBuffer::peer(int rank) const {
   if (rank < 0 || rank >= static_cast<int>(peers_.size())) {
-    throw InvalidArgument(fmt::format("SymmetricBuffer::peer: rank is {}, expected 0 <= rank < {}", rank,
-                                      peers_.size()));
+    throw InvalidArgument(
+        fmt::format("SymmetricBuffer::peer: rank is {}, expected 0 <= rank < {}", rank, peers_.size()));
   }
   return peers_[static_cast<std::size_t>(rank)];
 }

@@ -40,9 +40,7 @@ void check_rank(const char* what, int rank, int tp) {
   }
 }
 
-const char* variant_suffix(ConsumerVariant variant) {
-  return variant == ConsumerVariant::one_round_trip ? "_1rt" : "";
-}
+const char* variant_suffix(ConsumerVariant variant) { return variant == ConsumerVariant::one_round_trip ? "_1rt" : ""; }
 
 // The variant of a loaded consumer form of `kind` and this shape (InvalidArgument when
 // it is neither variant's).
@@ -90,8 +88,8 @@ namespace {
 
 // A form over the mailbox layout: every such template takes POOLED, TP and
 // CAPACITY, checked here once for all of them.
-Form mailbox_form(const char* caller, const std::string& name, const char* file, const char* entry, int pooled,
-                  int tp, int capacity) {
+Form mailbox_form(const char* caller, const std::string& name, const char* file, const char* entry, int pooled, int tp,
+                  int capacity) {
   check_pooled_width(caller, pooled);
   check_tensor_parallel(caller, tp);
   check_capacity(caller, capacity);
@@ -120,13 +118,13 @@ Form publish_form(int pooled, int tp, int capacity) {
 }
 
 Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center, ConsumerVariant variant) {
-  return consumer_form("nvfp4_consumer_form", "pooler_consumer_nvfp4", "consumer_nvfp4.cu", kNvfp4ConsumerEntry,
-                       pooled, tp, capacity, eps, gain_center, variant);
+  return consumer_form("nvfp4_consumer_form", "pooler_consumer_nvfp4", "consumer_nvfp4.cu", kNvfp4ConsumerEntry, pooled,
+                       tp, capacity, eps, gain_center, variant);
 }
 
 Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center, ConsumerVariant variant) {
-  return consumer_form("bf16_consumer_form", "pooler_consumer_bf16", "consumer_bf16.cu", kBf16ConsumerEntry, pooled,
-                       tp, capacity, eps, gain_center, variant);
+  return consumer_form("bf16_consumer_form", "pooler_consumer_bf16", "consumer_bf16.cu", kBf16ConsumerEntry, pooled, tp,
+                       capacity, eps, gain_center, variant);
 }
 
 Form stock_norm_form(int pooled, float eps, float gain_center) {
@@ -162,8 +160,8 @@ std::vector<Form> mailbox_kernel_forms(int pooled, const std::vector<int>& tps, 
 
 PublishLauncher::PublishLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank,
                                  const MailboxPeers& peers, CUdeviceptr state)
-    : kernel_(checked_kernel(form, shape_name("pooler_publish", layout.pooled, layout.tp, layout.capacity),
-                             kPublishEntry)),
+    : kernel_(
+          checked_kernel(form, shape_name("pooler_publish", layout.pooled, layout.tp, layout.capacity), kPublishEntry)),
       layout_(layout),
       rank_(rank),
       peers_(peers),
@@ -171,7 +169,8 @@ PublishLauncher::PublishLauncher(const LoadedForm& form, const MailboxLayout& la
   check_rank("PublishLauncher", rank, layout.tp);
   for (int r = 0; r < layout.tp; ++r) {
     if (peers.base[r] == 0) {
-      throw InvalidArgument(fmt::format("PublishLauncher: rank {}'s mailbox base is null; expected {} peers", r, layout.tp));
+      throw InvalidArgument(
+          fmt::format("PublishLauncher: rank {}'s mailbox base is null; expected {} peers", r, layout.tp));
     }
   }
   if (state == 0) throw InvalidArgument("PublishLauncher: the state block is null");

@@ -13,9 +13,9 @@
 namespace pooler {
 
 struct GemmTraceRecord {
-  int launch = 0;  // since the counters were reset
-  int cta = 0;     // blockIdx.x
-  int sm = 0;      // %smid
+  int launch = 0;                                        // since the counters were reset
+  int cta = 0;                                           // blockIdx.x
+  int sm = 0;                                            // %smid
   std::array<unsigned long long, kGemmTraceMarks> ns{};  // %globaltimer per mark; 0 where not passed
 };
 

@@ -132,21 +132,21 @@ std::string describe(const PoolerGemmShape& s) {
   // Safe on shapes that do not validate: it is what their error messages print.
   const int warps_n = s.warps_k > 0 ? s.warps() / s.warps_k : 0;
   const int tiles = warps_n > 0 ? s.outputs_per_block / (16 * warps_n) : 0;
-  return fmt::format("block {}, {} columns/CTA ({} tiles x {} warps), split-K {} CTAs x {} warps, unroll {}, {}, "
-                     "{} CTAs/SM{}",
-                     s.block_size, s.outputs_per_block, tiles, warps_n, s.split_k, s.warps_k, s.k_unroll,
-                     s.stages == 0 ? std::string("registers") : fmt::format("ring of {} stages", s.stages),
-                     s.ctas_per_sm, s.async_reduce ? ", async reduce" : "");
+  return fmt::format(
+      "block {}, {} columns/CTA ({} tiles x {} warps), split-K {} CTAs x {} warps, unroll {}, {}, "
+      "{} CTAs/SM{}",
+      s.block_size, s.outputs_per_block, tiles, warps_n, s.split_k, s.warps_k, s.k_unroll,
+      s.stages == 0 ? std::string("registers") : fmt::format("ring of {} stages", s.stages), s.ctas_per_sm,
+      s.async_reduce ? ", async reduce" : "");
 }
 
 namespace {
 
 [[noreturn]] void refuse(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish* publish,
                          const std::string& what) {
-  throw InvalidArgument(fmt::format("pooler GEMM (rows {}, N {}, K {}, {}{}): {}", rows, n, k, describe(s),
-                                    publish ? fmt::format(", publish tp {} capacity {}", publish->tp, publish->capacity)
-                                            : std::string(),
-                                    what));
+  throw InvalidArgument(fmt::format(
+      "pooler GEMM (rows {}, N {}, K {}, {}{}): {}", rows, n, k, describe(s),
+      publish ? fmt::format(", publish tp {} capacity {}", publish->tp, publish->capacity) : std::string(), what));
 }
 
 // Everything but the publish and the shared memory.
@@ -174,15 +174,17 @@ void validate_shape(int rows, int n, int k, const PoolerGemmShape& s, const Gemm
   }
   const int column_unit = 16 * s.warps_n();
   if (s.outputs_per_block < column_unit || s.outputs_per_block % column_unit != 0) {
-    fail(fmt::format("outputs_per_block = {} must be a positive multiple of 16 * warps_n = {} (16-column tiles "
-                     "per warp)",
-                     s.outputs_per_block, column_unit));
+    fail(
+        fmt::format("outputs_per_block = {} must be a positive multiple of 16 * warps_n = {} (16-column tiles "
+                    "per warp)",
+                    s.outputs_per_block, column_unit));
   }
   if (s.tiles() > 8) fail(fmt::format("{} tiles per warp is more than the 8 a warp's registers hold", s.tiles()));
   if (s.outputs_per_block % s.split_k != 0) {
-    fail(fmt::format("outputs_per_block = {} must be a multiple of split_k = {} (each CTA of a cluster finishes as "
-                     "many columns)",
-                     s.outputs_per_block, s.split_k));
+    fail(
+        fmt::format("outputs_per_block = {} must be a multiple of split_k = {} (each CTA of a cluster finishes as "
+                    "many columns)",
+                    s.outputs_per_block, s.split_k));
   }
   if (n % s.outputs_per_block != 0) {
     fail(fmt::format("N = {} must be a multiple of outputs_per_block = {}", n, s.outputs_per_block));
@@ -215,9 +217,10 @@ void validate_publish(int rows, int n, int k, const PoolerGemmShape& s, const Ge
   }
   const long long pooled = static_cast<long long>(n) * p.tp;
   if (pooled > 16384 || !valid_pooled_width(static_cast<int>(pooled))) {
-    fail(fmt::format("publish: N = {} times tp = {} is P = {}; the mailbox needs P a multiple of 512 in [512, "
-                     "16384]",
-                     n, p.tp, pooled));
+    fail(
+        fmt::format("publish: N = {} times tp = {} is P = {}; the mailbox needs P a multiple of 512 in [512, "
+                    "16384]",
+                    n, p.tp, pooled));
   }
 }
 
@@ -384,10 +387,9 @@ Form GemmPlan::form(bool trace) const {
   const PoolerGemmShape& shape = shape_;
   const GemmPublish* publish = this->publish();
   const int bytes = shared_bytes_;
-  const std::string name =
-      fmt::format("pooler_gemm_b{}_n{}_k{}", rows_, n_, k_) +
-      (publish ? fmt::format("_pub_tp{}_cap{}", publish->tp, publish->capacity) : std::string()) +
-      (trace ? "_trace" : "");
+  const std::string name = fmt::format("pooler_gemm_b{}_n{}_k{}", rows_, n_, k_) +
+                           (publish ? fmt::format("_pub_tp{}_cap{}", publish->tp, publish->capacity) : std::string()) +
+                           (trace ? "_trace" : "");
   // Forms without publish set TP and CAPACITY to 0 too: the template names
   // them in code that only PUBLISH = 1 compiles, and C++ wants them declared.
   return Form(name, "pooler_gemm.cu", {publish ? kPoolerGemmPublishEntry : kPoolerGemmEntry})
@@ -417,21 +419,21 @@ const CacheEntry& checked_entry(const CacheEntry& entry, const GemmPlan& plan, b
   const GemmPublish* publish = plan.publish();
   const Form expected = plan.form(trace);
   if (entry.template_file != expected.template_file() || entry.constants != expected.describe_constants()) {
-    throw InvalidArgument(fmt::format("pooler GEMM: cache entry {} ({}: {}) is not the form for rows {}, N {}, K {}, "
-                                      "{}{} ({})",
-                                      entry.form, entry.template_file, entry.constants, rows, n, k, describe(shape),
-                                      publish ? fmt::format(", publish tp {} capacity {}", publish->tp,
-                                                            publish->capacity)
-                                              : std::string(" without publish"),
-                                      expected.describe_constants()));
+    throw InvalidArgument(
+        fmt::format("pooler GEMM: cache entry {} ({}: {}) is not the form for rows {}, N {}, K {}, "
+                    "{}{} ({})",
+                    entry.form, entry.template_file, entry.constants, rows, n, k, describe(shape),
+                    publish ? fmt::format(", publish tp {} capacity {}", publish->tp, publish->capacity)
+                            : std::string(" without publish"),
+                    expected.describe_constants()));
   }
   return entry;
 }
 
 }  // namespace
 
-PoolerGemm::PoolerGemm(const CacheEntry& entry, CUcontext context, int rows, int n, int k,
-                       const PoolerGemmShape& shape, const GemmPublish* publish, bool trace)
+PoolerGemm::PoolerGemm(const CacheEntry& entry, CUcontext context, int rows, int n, int k, const PoolerGemmShape& shape,
+                       const GemmPublish* publish, bool trace)
     : PoolerGemm(entry, context, GemmPlan(rows, n, k, shape, publish), trace) {}
 
 PoolerGemm::PoolerGemm(const CacheEntry& entry, CUcontext context, const GemmPlan& plan, bool trace)
@@ -459,55 +461,60 @@ GemmTrace PoolerGemm::trace() const {
   const std::size_t ctas = static_cast<std::size_t>(t.ctas);
   const std::size_t records = static_cast<std::size_t>(kGemmTraceLaunches) * ctas * (kGemmTraceMarks + 1) * 8;
   if (t.launches.bytes != ctas * 4 || t.records.bytes != records) {
-    throw InvalidArgument(fmt::format("pooler GEMM trace: the form's trace variables have {} and {} bytes; expected {} "
-                                      "and {} ({} CTAs, {} launches of {} marks)",
-                                      t.launches.bytes, t.records.bytes, ctas * 4, records, t.ctas, kGemmTraceLaunches,
-                                      kGemmTraceMarks));
+    throw InvalidArgument(
+        fmt::format("pooler GEMM trace: the form's trace variables have {} and {} bytes; expected {} "
+                    "and {} ({} CTAs, {} launches of {} marks)",
+                    t.launches.bytes, t.records.bytes, ctas * 4, records, t.ctas, kGemmTraceLaunches, kGemmTraceMarks));
   }
   return t;
 }
 
 void PoolerGemm::launch(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, bool pdl) const {
   if (publishes()) {
-    throw InvalidArgument(fmt::format("pooler GEMM launch: the form (rows {}, N {}) fuses the publish (tp {}, "
-                                      "capacity {}); use launch_publish",
-                                      rows_, n_, publish_.tp, publish_.capacity));
+    throw InvalidArgument(
+        fmt::format("pooler GEMM launch: the form (rows {}, N {}) fuses the publish (tp {}, "
+                    "capacity {}); use launch_publish",
+                    rows_, n_, publish_.tp, publish_.capacity));
   }
   if (x == 0 || w == 0 || c == 0 || (x % 16) != 0 || (w % 16) != 0 || (c % 2) != 0) {
-    throw InvalidArgument(fmt::format("pooler GEMM launch: x {:#x} and w {:#x} must be non-null and 16-byte aligned, "
-                                      "c {:#x} non-null and 2-byte aligned",
-                                      x, w, c));
+    throw InvalidArgument(
+        fmt::format("pooler GEMM launch: x {:#x} and w {:#x} must be non-null and 16-byte aligned, "
+                    "c {:#x} non-null and 2-byte aligned",
+                    x, w, c));
   }
   LaunchShape shape = launch_;
   shape.pdl = pdl;
   kernel_(stream, shape, x, w, c);
 }
 
-void PoolerGemm::launch_publish(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr c,
-                                const MailboxPeers& peers, CUdeviceptr state, int rank, bool pdl) const {
+void PoolerGemm::launch_publish(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, const MailboxPeers& peers,
+                                CUdeviceptr state, int rank, bool pdl) const {
   if (!publishes()) {
-    throw InvalidArgument(fmt::format("pooler GEMM launch_publish: the form (rows {}, N {}) does not publish; build "
-                                      "it with a GemmPublish, or use launch",
-                                      rows_, n_));
+    throw InvalidArgument(
+        fmt::format("pooler GEMM launch_publish: the form (rows {}, N {}) does not publish; build "
+                    "it with a GemmPublish, or use launch",
+                    rows_, n_));
   }
   if (x == 0 || w == 0 || c == 0 || (x % 16) != 0 || (w % 16) != 0 || (c % 16) != 0) {
-    throw InvalidArgument(fmt::format("pooler GEMM launch_publish: x {:#x}, w {:#x} and c {:#x} must be non-null and "
-                                      "16-byte aligned",
-                                      x, w, c));
+    throw InvalidArgument(
+        fmt::format("pooler GEMM launch_publish: x {:#x}, w {:#x} and c {:#x} must be non-null and "
+                    "16-byte aligned",
+                    x, w, c));
   }
   if (rank < 0 || rank >= publish_.tp) {
     throw InvalidArgument(fmt::format("pooler GEMM launch_publish: rank = {}; expected 0 to {} (tp = {})", rank,
                                       publish_.tp - 1, publish_.tp));
   }
   if (state == 0 || (state % alignof(MailboxStateBlock)) != 0) {
-    throw InvalidArgument(fmt::format("pooler GEMM launch_publish: the state block {:#x} must be non-null and aligned",
-                                      state));
+    throw InvalidArgument(
+        fmt::format("pooler GEMM launch_publish: the state block {:#x} must be non-null and aligned", state));
   }
   for (int p = 0; p < publish_.tp; ++p) {
     if (peers.base[p] == 0 || (peers.base[p] % 16) != 0) {
-      throw InvalidArgument(fmt::format("pooler GEMM launch_publish: rank {}'s mailbox base {:#x} must be non-null and "
-                                        "16-byte aligned (tp = {})",
-                                        p, peers.base[p], publish_.tp));
+      throw InvalidArgument(
+          fmt::format("pooler GEMM launch_publish: rank {}'s mailbox base {:#x} must be non-null and "
+                      "16-byte aligned (tp = {})",
+                      p, peers.base[p], publish_.tp));
     }
   }
   LaunchShape shape = launch_;

@@ -83,8 +83,8 @@ Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, cons
 // fused-publish CTA that finishes no columns never reaches kDone).
 struct GemmTrace {
   enum Mark { kStart, kIssued, kWaited, kXStaged, kFirstData, kLoopDone, kDone };
-  static constexpr const char* kMarkNames[] = {"start", "issued", "waited", "x staged", "first data", "loop done",
-                                               "done"};
+  static constexpr const char* kMarkNames[] = {"start",      "issued",    "waited", "x staged",
+                                               "first data", "loop done", "done"};
   LoadedForm::Global launches;  // unsigned per CTA
   LoadedForm::Global records;   // unsigned long long
   int ctas = 0;                 // the grid's CTAs

@@ -110,8 +110,8 @@ CacheEntry parse_entry(std::span<const unsigned char> bytes, const std::string& 
   }
   const std::uint64_t length = get_le(bytes, 80, 8);
   if (length != bytes.size() - kHeaderBytes - kChecksumBytes) {
-    throw CorruptEntry(fmt::format("payload length {} does not match the file size {} (truncated or padded)", length,
-                                   bytes.size()));
+    throw CorruptEntry(
+        fmt::format("payload length {} does not match the file size {} (truncated or padded)", length, bytes.size()));
   }
   const Digest checksum = sha256(bytes.first(kHeaderBytes + length));
   if (std::memcmp(checksum.data(), bytes.data() + kHeaderBytes + length, kChecksumBytes) != 0) {
@@ -135,21 +135,42 @@ CacheEntry parse_entry(std::span<const unsigned char> bytes, const std::string& 
     const std::string text(reinterpret_cast<const char*>(field.data()), field.size());
     offset += size;
     switch (tag) {
-      case kForm: entry.form = text; break;
-      case kTemplate: entry.template_file = text; break;
-      case kConstants: entry.constants = text; break;
-      case kKernels: entry.kernels = text; break;
-      case kArchitecture: entry.architecture = text; break;
-      case kOptions: entry.options = text; break;
-      case kNvrtc: entry.nvrtc = text; break;
-      case kSource: entry.source = text; break;
-      case kLog: entry.log = text; break;
+      case kForm:
+        entry.form = text;
+        break;
+      case kTemplate:
+        entry.template_file = text;
+        break;
+      case kConstants:
+        entry.constants = text;
+        break;
+      case kKernels:
+        entry.kernels = text;
+        break;
+      case kArchitecture:
+        entry.architecture = text;
+        break;
+      case kOptions:
+        entry.options = text;
+        break;
+      case kNvrtc:
+        entry.nvrtc = text;
+        break;
+      case kSource:
+        entry.source = text;
+        break;
+      case kLog:
+        entry.log = text;
+        break;
       case kCompileMicroseconds:
         if (size != 8) throw CorruptEntry("compile time field is not 8 bytes");
         micros = get_le(field, 0, 8);
         break;
-      case kCubin: entry.cubin.assign(field.begin(), field.end()); break;
-      default: continue;  // a field a later format added: the version check guards meaning
+      case kCubin:
+        entry.cubin.assign(field.begin(), field.end());
+        break;
+      default:
+        continue;  // a field a later format added: the version check guards meaning
     }
     seen[tag] = true;
   }

@@ -31,8 +31,8 @@ class Program {
       names.push_back(name.c_str());
       texts.push_back(text.c_str());
     }
-    check_nvrtc(nvrtc().nvrtcCreateProgram(&program_, source.c_str(), (form_name + ".cu").c_str(), static_cast<int>(texts.size()),
-                                   texts.data(), names.data()),
+    check_nvrtc(nvrtc().nvrtcCreateProgram(&program_, source.c_str(), (form_name + ".cu").c_str(),
+                                           static_cast<int>(texts.size()), texts.data(), names.data()),
                 "nvrtcCreateProgram", form_name);
   }
   ~Program() { nvrtc().nvrtcDestroyProgram(&program_); }
@@ -67,8 +67,8 @@ std::string file_identity(const std::string& path) {
 }  // namespace
 
 std::vector<std::string> compile_options(const std::string& architecture, bool fast_math) {
-  std::vector<std::string> options = {fmt::format("--gpu-architecture={}", architecture), "-std=c++17", "-default-device", "--fmad=true",
-                                         "--no-cache"};
+  std::vector<std::string> options = {fmt::format("--gpu-architecture={}", architecture), "-std=c++17",
+                                      "-default-device", "--fmad=true", "--no-cache"};
   if (fast_math) {
     options.emplace_back("--use_fast_math");
   }
@@ -93,24 +93,26 @@ Compiled compile(const std::string& form_name, const std::string& source,
   for (const std::string& option : options) {
     arguments.push_back(option.c_str());
   }
-  const nvrtcResult status = nvrtc().nvrtcCompileProgram(program.get(), static_cast<int>(arguments.size()), arguments.data());
+  const nvrtcResult status =
+      nvrtc().nvrtcCompileProgram(program.get(), static_cast<int>(arguments.size()), arguments.data());
   Compiled compiled;
   compiled.log = program_log(program.get(), form_name);
   if (status != NVRTC_SUCCESS) {
     std::string hint;
     if (status == NVRTC_ERROR_BUILTIN_OPERATION_FAILURE) {
-      hint = fmt::format("\nNVRTC could not use its builtins library (libnvrtc-builtins.so.{}): is it on the "
-                         "library path (LD_LIBRARY_PATH) beside libnvrtc?", [] {
-                           return fmt::format("{}.{}", nvrtc().major, nvrtc().minor);
-                         }());
+      hint = fmt::format(
+          "\nNVRTC could not use its builtins library (libnvrtc-builtins.so.{}): is it on the "
+          "library path (LD_LIBRARY_PATH) beside libnvrtc?",
+          [] { return fmt::format("{}.{}", nvrtc().major, nvrtc().minor); }());
     }
     std::string joined;
     for (const std::string& option : options) {
       joined.append(" ").append(option);
     }
-    throw CompileError(fmt::format("NVRTC failed to compile form {}: {}{}\noptions:{}\n--- NVRTC log ---\n{}\n"
-                                   "--- specialized source ---\n{}",
-                                   form_name, nvrtc().nvrtcGetErrorString(status), hint, joined, compiled.log, numbered(source)));
+    throw CompileError(
+        fmt::format("NVRTC failed to compile form {}: {}{}\noptions:{}\n--- NVRTC log ---\n{}\n"
+                    "--- specialized source ---\n{}",
+                    form_name, nvrtc().nvrtcGetErrorString(status), hint, joined, compiled.log, numbered(source)));
   }
   size_t size = 0;
   check_nvrtc(nvrtc().nvrtcGetCUBINSize(program.get(), &size), "nvrtcGetCUBINSize", form_name);
@@ -119,7 +121,8 @@ Compiled compile(const std::string& form_name, const std::string& source,
                                    form_name, options.front()));
   }
   compiled.cubin.resize(size);
-  check_nvrtc(nvrtc().nvrtcGetCUBIN(program.get(), reinterpret_cast<char*>(compiled.cubin.data())), "nvrtcGetCUBIN", form_name);
+  check_nvrtc(nvrtc().nvrtcGetCUBIN(program.get(), reinterpret_cast<char*>(compiled.cubin.data())), "nvrtcGetCUBIN",
+              form_name);
   compiled.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log().debug("compiled form {} in {:.3f} s ({} bytes of cubin)", form_name, compiled.seconds, size);
   if (!compiled.log.empty()) {

@@ -34,11 +34,11 @@ constexpr unsigned char kEifmtBval = 0x02;  // one byte, inline
 constexpr unsigned char kEifmtHval = 0x03;  // two bytes, inline
 constexpr unsigned char kEifmtSval = 0x04;  // u16 size, then that many bytes
 
-constexpr unsigned char kEiattrMaxThreads = 0x05;     // u32 x, y, z
-constexpr unsigned char kEiattrFrameSize = 0x11;      // u32 symbol, u32 bytes
-constexpr unsigned char kEiattrMinStackSize = 0x12;   // u32 symbol, u32 bytes
-constexpr unsigned char kEiattrMaxStackSize = 0x23;   // u32 symbol, u32 bytes
-constexpr unsigned char kEiattrRegcount = 0x2f;       // u32 symbol, u32 registers
+constexpr unsigned char kEiattrMaxThreads = 0x05;    // u32 x, y, z
+constexpr unsigned char kEiattrFrameSize = 0x11;     // u32 symbol, u32 bytes
+constexpr unsigned char kEiattrMinStackSize = 0x12;  // u32 symbol, u32 bytes
+constexpr unsigned char kEiattrMaxStackSize = 0x23;  // u32 symbol, u32 bytes
+constexpr unsigned char kEiattrRegcount = 0x2f;      // u32 symbol, u32 registers
 
 // e_flags has two layouts, told apart by EI_ABIVERSION: up to 7 the SM is
 // the low byte and "a" is 0x800; from 8 (CUDA 13) the SM is bits 8-15 and
@@ -69,8 +69,8 @@ std::string hex(unsigned value) {
 // not all there. Written so that no sum can overflow.
 Bytes slice(Bytes data, std::uint64_t offset, std::uint64_t size, const std::string& what) {
   if (offset > data.size() || size > data.size() - offset) {
-    fail("truncated " + what + " at offset " + std::to_string(offset) + ": needs " +
-         std::to_string(size) + " bytes, but the data ends at " + std::to_string(data.size()));
+    fail("truncated " + what + " at offset " + std::to_string(offset) + ": needs " + std::to_string(size) +
+         " bytes, but the data ends at " + std::to_string(data.size()));
   }
   return data.subspan(offset, size);
 }
@@ -319,17 +319,27 @@ KernelResources describe(const Cubin& cubin, const Symbol& kernel, const std::ve
       const auto value = keyed_value(attribute, kernel.index, what);
       if (!value) continue;
       switch (attribute.code) {
-        case kEiattrRegcount: resources.registers = to_int(*value, what + " registers"); break;
-        case kEiattrFrameSize: resources.local_bytes = to_int(*value, what + " frame size"); break;
-        case kEiattrMinStackSize: min_stack = value; break;
-        case kEiattrMaxStackSize: max_stack = value; break;
-        default: break;
+        case kEiattrRegcount:
+          resources.registers = to_int(*value, what + " registers");
+          break;
+        case kEiattrFrameSize:
+          resources.local_bytes = to_int(*value, what + " frame size");
+          break;
+        case kEiattrMinStackSize:
+          min_stack = value;
+          break;
+        case kEiattrMaxStackSize:
+          max_stack = value;
+          break;
+        default:
+          break;
       }
     }
   };
   apply(module_attributes, false);
   if (const Section* own = cubin.find(".nv.info." + name)) apply(parse_attributes(*own), true);
-  if (const auto stack = max_stack ? max_stack : min_stack) resources.stack_bytes = to_int(*stack, what + " stack size");
+  if (const auto stack = max_stack ? max_stack : min_stack)
+    resources.stack_bytes = to_int(*stack, what + " stack size");
 
   if (const Section* shared = cubin.find(".nv.shared." + name)) {
     std::uint64_t bytes = shared->header.sh_size;

@@ -23,13 +23,13 @@
 namespace pooler {
 
 struct KernelResources {
-  std::string name;         // mangled or extern "C" entry name
-  int registers = 0;        // per thread
-  int shared_bytes = 0;     // static shared memory per CTA
-  int local_bytes = 0;      // local memory (stack frame) per thread: >0 means spills or local arrays
-  int stack_bytes = 0;      // max stack size per thread, calls included
-  int max_threads = 0;      // EIATTR_MAX_THREADS / maxntid if present, else 0
-  int constant_bytes = 0;   // constant bank 0 (parameters and driver constants)
+  std::string name;        // mangled or extern "C" entry name
+  int registers = 0;       // per thread
+  int shared_bytes = 0;    // static shared memory per CTA
+  int local_bytes = 0;     // local memory (stack frame) per thread: >0 means spills or local arrays
+  int stack_bytes = 0;     // max stack size per thread, calls included
+  int max_threads = 0;     // EIATTR_MAX_THREADS / maxntid if present, else 0
+  int constant_bytes = 0;  // constant bank 0 (parameters and driver constants)
 };
 
 // Every kernel entry point in `cubin`, in symbol-table order. Throws

@@ -12,9 +12,7 @@ std::string architecture_for(int major, int minor) {
   return fmt::format("sm_{}{}{}", major, minor, major >= 10 ? "a" : "");
 }
 
-std::string DeviceInfo::architecture() const {
-  return architecture_for(major, minor);
-}
+std::string DeviceInfo::architecture() const { return architecture_for(major, minor); }
 
 int device_count() {
   int count = 0;
@@ -99,7 +97,8 @@ void DeviceBuffer::reset() noexcept {
 
 void DeviceBuffer::upload(const void* host, std::size_t bytes, std::size_t offset) const {
   if (offset + bytes > bytes_) {
-    throw InvalidArgument(fmt::format("upload of {} bytes at offset {} overruns a {}-byte buffer", bytes, offset, bytes_));
+    throw InvalidArgument(
+        fmt::format("upload of {} bytes at offset {} overruns a {}-byte buffer", bytes, offset, bytes_));
   }
   POOLER_CU(cuMemcpyHtoD(pointer_ + offset, host, bytes), "upload");
   // From pageable memory the copy may still be in flight when cuMemcpyHtoD
@@ -109,7 +108,8 @@ void DeviceBuffer::upload(const void* host, std::size_t bytes, std::size_t offse
 
 void DeviceBuffer::download(void* host, std::size_t bytes, std::size_t offset) const {
   if (offset + bytes > bytes_) {
-    throw InvalidArgument(fmt::format("download of {} bytes at offset {} overruns a {}-byte buffer", bytes, offset, bytes_));
+    throw InvalidArgument(
+        fmt::format("download of {} bytes at offset {} overruns a {}-byte buffer", bytes, offset, bytes_));
   }
   POOLER_CU(cuMemcpyDtoH(host, pointer_ + offset, bytes), "download");
 }
@@ -150,9 +150,7 @@ void MappedHostBuffer::reset() noexcept {
   }
 }
 
-Stream::Stream() {
-  POOLER_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "creating a stream");
-}
+Stream::Stream() { POOLER_CU(cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "creating a stream"); }
 
 Stream::~Stream() {
   if (stream_ != nullptr) {
@@ -162,13 +160,9 @@ Stream::~Stream() {
   }
 }
 
-void Stream::synchronize() const {
-  POOLER_CU(cuStreamSynchronize(stream_), "synchronizing a stream");
-}
+void Stream::synchronize() const { POOLER_CU(cuStreamSynchronize(stream_), "synchronizing a stream"); }
 
-Event::Event() {
-  POOLER_CU(cuEventCreate(&event_, CU_EVENT_DEFAULT), "creating an event");
-}
+Event::Event() { POOLER_CU(cuEventCreate(&event_, CU_EVENT_DEFAULT), "creating an event"); }
 
 Event::~Event() {
   if (event_ != nullptr) {
@@ -178,9 +172,7 @@ Event::~Event() {
   }
 }
 
-void Event::record(CUstream stream) const {
-  POOLER_CU(cuEventRecord(event_, stream), "recording an event");
-}
+void Event::record(CUstream stream) const { POOLER_CU(cuEventRecord(event_, stream), "recording an event"); }
 
 float Event::elapsed_since(const Event& start) const {
   float milliseconds = 0.0f;

@@ -72,9 +72,8 @@ bool trusted_directory(const CacheLocation& location, std::string& why) {
 }
 
 bool is_key(std::string_view name) {
-  return name.size() == 64 && std::all_of(name.begin(), name.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
+  return name.size() == 64 &&
+         std::all_of(name.begin(), name.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
 }  // namespace
@@ -140,9 +139,10 @@ FileLock::FileLock(const std::string& path, std::chrono::milliseconds timeout) {
     if (std::chrono::steady_clock::now() >= deadline) {
       timed_out_ = true;
       if (timeout.count() > 0) {
-        log().warn("cache lock {} still held after {} ms (a peer is compiling slowly or hung); compiling without it, "
-                   "and not waiting for this folder's other locks",
-                   path, timeout.count());
+        log().warn(
+            "cache lock {} still held after {} ms (a peer is compiling slowly or hung); compiling without it, "
+            "and not waiting for this folder's other locks",
+            path, timeout.count());
       }
       return;
     }
@@ -164,14 +164,16 @@ DiskCache::DiskCache(CacheLocation location) : location_(std::move(location)) {
   }
   std::string why;
   if (!make_private_directories(location_.directory, why)) {
-    log().warn("kernel cache directory {} is unusable ({}): kernels are cached in memory only", location_.directory, why);
+    log().warn("kernel cache directory {} is unusable ({}): kernels are cached in memory only", location_.directory,
+               why);
     return;
   }
   if (!trusted_directory(location_, why)) {
-    log().warn("kernel cache directory {} is refused: {}. Anyone who can write it could plant kernels that this "
-               "process runs; kernels are cached in memory only (POOLER_CACHE_SHARED=1 uses a folder shared with "
-               "users you trust)",
-               location_.directory, why);
+    log().warn(
+        "kernel cache directory {} is refused: {}. Anyone who can write it could plant kernels that this "
+        "process runs; kernels are cached in memory only (POOLER_CACHE_SHARED=1 uses a folder shared with "
+        "users you trust)",
+        location_.directory, why);
     return;
   }
   readable_ = ::access(location_.directory.c_str(), R_OK | X_OK) == 0;
@@ -222,8 +224,8 @@ std::optional<std::vector<unsigned char>> read_entry_file(const std::string& pat
     if (error == ENOENT) {
       return std::nullopt;
     }
-    throw CorruptEntry(fmt::format("cannot open {}: {}", path,
-                                   error == ELOOP ? "it is a symbolic link" : std::strerror(error)));
+    throw CorruptEntry(
+        fmt::format("cannot open {}: {}", path, error == ELOOP ? "it is a symbolic link" : std::strerror(error)));
   }
   struct Closer {
     int fd;
@@ -237,8 +239,8 @@ std::optional<std::vector<unsigned char>> read_entry_file(const std::string& pat
     throw CorruptEntry(fmt::format("{} is not a regular file (mode {:06o})", path, info.st_mode));
   }
   if (static_cast<std::uint64_t>(info.st_size) > max_bytes) {
-    throw CorruptEntry(fmt::format("{} has {} bytes, more than any entry can have ({} bytes)", path, info.st_size,
-                                   max_bytes));
+    throw CorruptEntry(
+        fmt::format("{} has {} bytes, more than any entry can have ({} bytes)", path, info.st_size, max_bytes));
   }
   // One byte more than fstat said, to see a file that grows while read.
   std::vector<unsigned char> bytes(static_cast<std::size_t>(info.st_size) + 1);
@@ -339,7 +341,8 @@ std::vector<std::string> DiskCache::keys() const {
   }
   for (fs::directory_iterator it(location_.directory, error), end; !error && it != end; it.increment(error)) {
     const std::string name = it->path().filename().string();
-    if (name.ends_with(kEntrySuffix) && is_key(std::string_view(name).substr(0, name.size() - std::strlen(kEntrySuffix)))) {
+    if (name.ends_with(kEntrySuffix) &&
+        is_key(std::string_view(name).substr(0, name.size() - std::strlen(kEntrySuffix)))) {
       found.push_back(name.substr(0, name.size() - std::strlen(kEntrySuffix)));
     }
   }

@@ -69,7 +69,8 @@ Opened open_driver() {
     return opened;
   }
   if (!missing.empty()) {
-    opened.failure = fmt::format("no CUDA driver: {} lacks entry points at CUDA {}: {}", path, kDriverApiVersion, missing);
+    opened.failure =
+        fmt::format("no CUDA driver: {} lacks entry points at CUDA {}: {}", path, kDriverApiVersion, missing);
     return opened;
   }
   if (CUresult status = opened.api.cuInit(0); status != CUDA_SUCCESS) {
@@ -96,13 +97,9 @@ const DriverApi& driver() {
   return state.api;
 }
 
-bool driver_available() {
-  return opened().failure.empty();
-}
+bool driver_available() { return opened().failure.empty(); }
 
-std::string error_name(CUresult status) {
-  return name_of(opened().api, status);
-}
+std::string error_name(CUresult status) { return name_of(opened().api, status); }
 
 void check(CUresult status, const char* call, const std::string& context) {
   if (status == CUDA_SUCCESS) {
@@ -110,7 +107,8 @@ void check(CUresult status, const char* call, const std::string& context) {
   }
   std::string message = fmt::format("{} failed: {}", call, error_name(status));
   const char* text = nullptr;
-  if (opened().api.cuGetErrorString != nullptr && opened().api.cuGetErrorString(status, &text) == CUDA_SUCCESS && text != nullptr) {
+  if (opened().api.cuGetErrorString != nullptr && opened().api.cuGetErrorString(status, &text) == CUDA_SUCCESS &&
+      text != nullptr) {
     message += fmt::format(" ({})", text);
   }
   if (!context.empty()) {

@@ -17,7 +17,8 @@ bool is_identifier(const std::string& text) {
   if (text.empty() || !(std::isalpha(static_cast<unsigned char>(text[0])) || text[0] == '_')) {
     return false;
   }
-  return std::all_of(text.begin(), text.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return std::all_of(text.begin(), text.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
 }
 
 }  // namespace
@@ -60,8 +61,9 @@ Form& Form::add(Constant constant) {
   if (!is_identifier(constant.name)) {
     throw InvalidArgument(fmt::format("form {}: constant name \"{}\" is not a C++ identifier", name_, constant.name));
   }
-  auto position = std::lower_bound(constants_.begin(), constants_.end(), constant.name,
-                                   [](const Constant& existing, const std::string& key) { return existing.name < key; });
+  auto position =
+      std::lower_bound(constants_.begin(), constants_.end(), constant.name,
+                       [](const Constant& existing, const std::string& key) { return existing.name < key; });
   if (position != constants_.end() && position->name == constant.name) {
     throw InvalidArgument(fmt::format("form {}: constant {} is set twice", name_, constant.name));
   }
@@ -69,9 +71,7 @@ Form& Form::add(Constant constant) {
   return *this;
 }
 
-Form& Form::set(const std::string& constant, long long value) {
-  return add(Constant{constant, value});
-}
+Form& Form::set(const std::string& constant, long long value) { return add(Constant{constant, value}); }
 
 Form& Form::set(const std::string& constant, float value) {
   if (!std::isfinite(value)) {

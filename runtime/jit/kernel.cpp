@@ -55,8 +55,8 @@ LoadedForm::LoadedForm(const CacheEntry& entry, CUcontext context) : context_(co
                                 entry.form, error_name(status)),
                     status);
   }
-  check(status, "cuLibraryLoadData", fmt::format("form {} for {} ({} bytes of cubin)", entry.form, entry.architecture,
-                                                  entry.cubin.size()));
+  check(status, "cuLibraryLoadData",
+        fmt::format("form {} for {} ({} bytes of cubin)", entry.form, entry.architecture, entry.cubin.size()));
   log().debug("loaded form {} ({} bytes)", entry.form, entry.cubin.size());
 }
 

@@ -25,9 +25,12 @@ std::string joined(const std::vector<std::string>& parts) {
 
 const char* to_string(Origin origin) {
   switch (origin) {
-    case Origin::memory: return "memory";
-    case Origin::disk: return "disk";
-    case Origin::compiled: return "compiled";
+    case Origin::memory:
+      return "memory";
+    case Origin::disk:
+      return "disk";
+    case Origin::compiled:
+      return "compiled";
   }
   return "?";
 }
@@ -73,15 +76,14 @@ void check_entry_key(const CacheEntry& entry, const TemplateLibrary& library) {
   }
   const std::string computed = cache_key(entry.source, options, entry.architecture, library);
   if (computed != entry.key) {
-    throw CorruptEntry(fmt::format("its source, options and architecture hash to key {}, not to the key {} it is "
-                                   "filed under (forged, or built with other templates or another NVRTC)",
-                                   computed, entry.key));
+    throw CorruptEntry(
+        fmt::format("its source, options and architecture hash to key {}, not to the key {} it is "
+                    "filed under (forged, or built with other templates or another NVRTC)",
+                    computed, entry.key));
   }
 }
 
-CacheStats KernelCache::stats() const {
-  return CacheStats{memory_hits_.load(), disk_hits_.load(), compiles_.load()};
-}
+CacheStats KernelCache::stats() const { return CacheStats{memory_hits_.load(), disk_hits_.load(), compiles_.load()}; }
 
 Lookup KernelCache::get(const Form& form, const std::string& architecture) {
   std::string source = form.render(library_);
@@ -127,8 +129,9 @@ std::shared_ptr<const CacheEntry> KernelCache::load_or_compile(const Form& form,
   const DiskCache::EntryCheck check = [&](const CacheEntry& entry) {
     if (entry.source != source || entry.options != joined_options || entry.architecture != architecture ||
         entry.nvrtc != identity) {
-      throw CorruptEntry("its source, options, architecture or NVRTC are not those its key names (filed under "
-                         "another key)");
+      throw CorruptEntry(
+          "its source, options, architecture or NVRTC are not those its key names (filed under "
+          "another key)");
     }
     check_cubin(entry);
   };

@@ -21,7 +21,8 @@ spdlog::logger& log() {
       // than silently turning logging off.
       if (level == spdlog::level::off && std::string_view(text) != "off") {
         level = spdlog::level::warn;
-        made->warn("POOLER_LOG_LEVEL={} is not a level (trace, debug, info, warn, error, critical, off); using warn", text);
+        made->warn("POOLER_LOG_LEVEL={} is not a level (trace, debug, info, warn, error, critical, off); using warn",
+                   text);
       }
     }
     made->set_level(level);

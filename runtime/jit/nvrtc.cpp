@@ -58,8 +58,8 @@ Opened open_nvrtc() {
     return opened;
   }
   std::string missing;
-#define POOLER_RESOLVE_NVRTC(name)                                                 \
-  opened.api.name = reinterpret_cast<decltype(&::name)>(dlsym(handle, #name));     \
+#define POOLER_RESOLVE_NVRTC(name)                                             \
+  opened.api.name = reinterpret_cast<decltype(&::name)>(dlsym(handle, #name)); \
   if (opened.api.name == nullptr) missing += missing.empty() ? #name : ", " #name;
   POOLER_NVRTC_ENTRIES(POOLER_RESOLVE_NVRTC)
 #undef POOLER_RESOLVE_NVRTC
@@ -96,8 +96,6 @@ const NvrtcApi& nvrtc() {
   return state.api;
 }
 
-bool nvrtc_available() {
-  return opened().failure.empty();
-}
+bool nvrtc_available() { return opened().failure.empty(); }
 
 }  // namespace pooler

@@ -9,9 +9,7 @@
 namespace pooler {
 namespace {
 
-EVP_MD_CTX* as_context(void* context) {
-  return static_cast<EVP_MD_CTX*>(context);
-}
+EVP_MD_CTX* as_context(void* context) { return static_cast<EVP_MD_CTX*>(context); }
 
 void require(int ok, const char* call) {
   if (ok != 1) {
@@ -28,9 +26,7 @@ Sha256::Sha256() : context_(EVP_MD_CTX_new()) {
   require(EVP_DigestInit_ex(as_context(context_), EVP_sha256(), nullptr), "EVP_DigestInit_ex");
 }
 
-Sha256::~Sha256() {
-  EVP_MD_CTX_free(as_context(context_));
-}
+Sha256::~Sha256() { EVP_MD_CTX_free(as_context(context_)); }
 
 Sha256& Sha256::update(std::span<const unsigned char> bytes) {
   require(EVP_DigestUpdate(as_context(context_), bytes.data(), bytes.size()), "EVP_DigestUpdate");
@@ -59,9 +55,7 @@ Digest Sha256::finish() {
   return digest;
 }
 
-Digest sha256(std::span<const unsigned char> bytes) {
-  return Sha256().update(bytes).finish();
-}
+Digest sha256(std::span<const unsigned char> bytes) { return Sha256().update(bytes).finish(); }
 
 std::string hex(std::span<const unsigned char> bytes) {
   static constexpr char digits[] = "0123456789abcdef";

@@ -15,9 +15,7 @@
 namespace pooler {
 namespace {
 
-bool is_header(const std::string& name) {
-  return name.ends_with(".cuh");
-}
+bool is_header(const std::string& name) { return name.ends_with(".cuh"); }
 
 // What register_templates added; `in_use` once instance() was built, after
 // which nothing more may be added.
@@ -58,21 +56,23 @@ void register_templates(std::span<const EmbeddedTemplate> templates) {
   for (const EmbeddedTemplate& added : templates) {
     const std::string name = added.name;
     if (!name.ends_with(".cu")) {
-      throw InvalidArgument(fmt::format("register_templates: {} is not a kernel source (*.cu); a registered header "
-                                        "would enter every form's cache key",
-                                        name));
+      throw InvalidArgument(
+          fmt::format("register_templates: {} is not a kernel source (*.cu); a registered header "
+                      "would enter every form's cache key",
+                      name));
     }
     const std::string_view* known = known_text(r, name);
     if (known != nullptr && *known != added.text) {
-      throw InvalidArgument(fmt::format("register_templates: a template named {} is known already, with other text",
-                                        name));
+      throw InvalidArgument(
+          fmt::format("register_templates: a template named {} is known already, with other text", name));
     }
     all_known = all_known && known != nullptr;
   }
   if (all_known) return;
   if (r.in_use) {
-    throw Error("register_templates: the template library is in use already; a binary registers its templates at "
-                "the start of main, before any form is compiled");
+    throw Error(
+        "register_templates: the template library is in use already; a binary registers its templates at "
+        "the start of main, before any form is compiled");
   }
   for (const EmbeddedTemplate& added : templates) {
     if (known_text(r, added.name) == nullptr) r.sources.push_back(added);

@@ -32,8 +32,7 @@ void parse(std::span<const unsigned char> bytes) {
   }
   try {
     pooler::check_cubin(entry);
-  } catch (const pooler::CorruptEntry&) {
-  }
+  } catch (const pooler::CorruptEntry&) {}
 }
 
 }  // namespace

@@ -11,11 +11,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::span<const unsigned char> bytes(data, size);
   try {
     pooler::read_cubin_resources(bytes);
-  } catch (const pooler::Error&) {
-  }
+  } catch (const pooler::Error&) {}
   try {
     pooler::cubin_architecture(bytes);
-  } catch (const pooler::Error&) {
-  }
+  } catch (const pooler::Error&) {}
   return 0;
 }

@@ -9,8 +9,7 @@
 // Strong (relaxed, system-scope) 16-byte accesses: a load is served by the
 // owning GPU's memory, never by a stale line in this SM's L1, so a rank that
 // reads a peer's buffer twice sees the second pattern.
-__device__ __forceinline__ void load16(unsigned long long address, unsigned& a, unsigned& b, unsigned& c,
-                                       unsigned& d) {
+__device__ __forceinline__ void load16(unsigned long long address, unsigned& a, unsigned& b, unsigned& c, unsigned& d) {
   asm volatile("ld.relaxed.sys.v4.b32 {%0, %1, %2, %3}, [%4];"
                : "=r"(a), "=r"(b), "=r"(c), "=r"(d)
                : "l"(address)

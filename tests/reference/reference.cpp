@@ -81,9 +81,7 @@ float block_amax(const std::uint16_t* y, int count) {
 
 }  // namespace
 
-float ref_bf16_to_float(std::uint16_t h) {
-  return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16);
-}
+float ref_bf16_to_float(std::uint16_t h) { return std::bit_cast<float>(static_cast<std::uint32_t>(h) << 16); }
 
 // The two BF16 values around x are its truncation toward zero and the next BF16 away
 // from zero; the nearer one wins (the even one on a tie), the distances taken in
@@ -98,8 +96,7 @@ std::uint16_t ref_bf16_round(float x) {
   const bool away_is_inf = (away & 0x7FFFFFFFu) == 0x7F800000u;
   const double a = std::fabs(static_cast<double>(x));
   const double below = std::fabs(static_cast<double>(std::bit_cast<float>(toward_zero)));
-  const double above =
-      away_is_inf ? pow2(128) : std::fabs(static_cast<double>(std::bit_cast<float>(away)));
+  const double above = away_is_inf ? pow2(128) : std::fabs(static_cast<double>(std::bit_cast<float>(away)));
   const double gap_below = a - below;
   const double gap_above = above - a;
   std::uint32_t chosen;
@@ -120,9 +117,8 @@ std::uint8_t ref_e4m3_encode(float x) {
 float ref_e4m3_decode(std::uint8_t b) {
   const bool negative = (b & 0x80u) != 0;
   const unsigned magnitude_code = b & 0x7Fu;
-  const float magnitude = magnitude_code == 0x7F
-                              ? std::numeric_limits<float>::quiet_NaN()
-                              : static_cast<float>(kE4m3Magnitudes[magnitude_code]);
+  const float magnitude = magnitude_code == 0x7F ? std::numeric_limits<float>::quiet_NaN()
+                                                 : static_cast<float>(kE4m3Magnitudes[magnitude_code]);
   return std::copysign(magnitude, negative ? -1.0f : 1.0f);
 }
 
@@ -156,8 +152,8 @@ std::vector<float> gemm(const std::uint16_t* x, const std::uint16_t* w, int b, i
   return c;
 }
 
-std::vector<std::uint16_t> rms_norm(const std::uint16_t* rows, int b, int p,
-                                    const std::uint16_t* weight, float eps, float gain_center) {
+std::vector<std::uint16_t> rms_norm(const std::uint16_t* rows, int b, int p, const std::uint16_t* weight, float eps,
+                                    float gain_center) {
   check_dims(b >= 0 && p > 0, "rms_norm: need b >= 0 and p > 0");
   const auto width = static_cast<std::size_t>(p);
   std::vector<std::uint16_t> y(static_cast<std::size_t>(b) * width);
@@ -185,8 +181,7 @@ std::vector<std::uint16_t> rms_norm(const std::uint16_t* rows, int b, int p,
 }
 
 Nvfp4 nvfp4_quantize(const std::uint16_t* y, int b, int p, float global_scale) {
-  check_dims(b >= 0 && p >= 0 && p % kNvfp4Block == 0,
-             "nvfp4_quantize: need b >= 0 and p a multiple of 16");
+  check_dims(b >= 0 && p >= 0 && p % kNvfp4Block == 0, "nvfp4_quantize: need b >= 0 and p a multiple of 16");
   const auto width = static_cast<std::size_t>(p);
   const auto blocks_per_row = width / kNvfp4Block;
   const auto rows = static_cast<std::size_t>(b);
@@ -216,8 +211,7 @@ Nvfp4 nvfp4_quantize(const std::uint16_t* y, int b, int p, float global_scale) {
 }
 
 std::vector<float> nvfp4_dequantize(const Nvfp4& q, int b, int p, float global_scale) {
-  check_dims(b >= 0 && p >= 0 && p % kNvfp4Block == 0,
-             "nvfp4_dequantize: need b >= 0 and p a multiple of 16");
+  check_dims(b >= 0 && p >= 0 && p % kNvfp4Block == 0, "nvfp4_dequantize: need b >= 0 and p a multiple of 16");
   const std::size_t count = static_cast<std::size_t>(b) * static_cast<std::size_t>(p);
   check_dims(q.packed.size() == count / 2 && q.scales.size() == count / kNvfp4Block,
              "nvfp4_dequantize: buffer sizes do not match [b, p]");

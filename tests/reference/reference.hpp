@@ -41,8 +41,8 @@ std::vector<float> gemm(const std::uint16_t* x, const std::uint16_t* w, int b, i
 // pre_expert_norm of b rows of p BF16 values with a BF16 weight [p]:
 // var = float(sum(xf*xf) / p) (sum in double), inv = correctly rounded 1/sqrt(var + eps)
 // (var + eps added in FP32), y = bf16_rn((xf * inv) * (float(w) + gain_center)) in FP32.
-std::vector<std::uint16_t> rms_norm(const std::uint16_t* rows, int b, int p,
-                                    const std::uint16_t* weight, float eps, float gain_center);
+std::vector<std::uint16_t> rms_norm(const std::uint16_t* rows, int b, int p, const std::uint16_t* weight, float eps,
+                                    float gain_center);
 
 // NVFP4 expert input: packed codes [b, p/2] (column 2k in the low nibble of byte k) and
 // E4M3 block scales [b, p/16], row-major.

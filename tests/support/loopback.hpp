@@ -74,8 +74,6 @@ class LoopbackTest : public ::testing::TestWithParam<bool> {
 };
 
 // The names of a LoopbackTest's two instances: "pdl" and "plain".
-inline std::string pdl_param_name(const ::testing::TestParamInfo<bool>& param) {
-  return param.param ? "pdl" : "plain";
-}
+inline std::string pdl_param_name(const ::testing::TestParamInfo<bool>& param) { return param.param ? "pdl" : "plain"; }
 
 }  // namespace pooler::testing

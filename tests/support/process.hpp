@@ -16,7 +16,8 @@ struct ProcessResult {
 
 // Runs `argv` with `environment` added to (or, for an empty value, removed
 // from) this process's environment; waits for it.
-ProcessResult run_process(const std::vector<std::string>& argv, const std::map<std::string, std::string>& environment = {});
+ProcessResult run_process(const std::vector<std::string>& argv,
+                          const std::map<std::string, std::string>& environment = {});
 
 // Runs `body` in a forked child with `environment` set (for state a process
 // initialises once: the driver, NVRTC), with an alarm of `alarm_seconds` so

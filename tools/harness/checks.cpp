@@ -8,8 +8,8 @@ namespace pooler::harness {
 
 void check_cuda(cudaError_t status, std::string_view call, std::string_view context) {
   if (status != cudaSuccess) {
-    throw Error(fmt::format("{} failed: {} ({}) [{}]", call, cudaGetErrorName(status), cudaGetErrorString(status),
-                            context));
+    throw Error(
+        fmt::format("{} failed: {} ({}) [{}]", call, cudaGetErrorName(status), cudaGetErrorString(status), context));
   }
 }
 

@@ -33,10 +33,10 @@ CublasGemm::~CublasGemm() { cublasDestroy(handle_); }
 // C = c seen as n x rows (ldc n).
 void CublasGemm::gemm(CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, int rows, int n, int k) const {
   const float alpha = 1.0f, beta = 0.0f;
-  check_cublas(cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &alpha, as_pointer(w), CUDA_R_16BF, k,
-                            as_pointer(x), CUDA_R_16BF, k, &beta, as_pointer(c), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx", "the stock path's GEMM, BF16 in and out, FP32 compute");
+  check_cublas(
+      cublasGemmEx(handle_, CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, &alpha, as_pointer(w), CUDA_R_16BF, k, as_pointer(x),
+                   CUDA_R_16BF, k, &beta, as_pointer(c), CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+      "cublasGemmEx", "the stock path's GEMM, BF16 in and out, FP32 compute");
 }
 
 }  // namespace pooler::harness

@@ -19,8 +19,7 @@ void LoopbackMailbox::publish(CUstream stream, int rank, CUdeviceptr shard, int 
   publishers_.at(static_cast<std::size_t>(rank)).launch(stream, shard, b, pdl);
 }
 
-void LoopbackMailbox::publish_all(CUstream stream, CUdeviceptr shards, std::size_t shard_bytes, int b,
-                                  bool pdl) const {
+void LoopbackMailbox::publish_all(CUstream stream, CUdeviceptr shards, std::size_t shard_bytes, int b, bool pdl) const {
   for (int r = 0; r < layout_.tp; ++r) publish(stream, r, shards + static_cast<std::size_t>(r) * shard_bytes, b, pdl);
 }
 

@@ -34,8 +34,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 // values (NaNs ignored, as PTX max does); then global_scale[0] = 448 * 6 / amax
 // (1 when amax is 0) and amax_out[0] = amax.
 extern "C" __global__ void __launch_bounds__(THREADS)
-    pooler_bench_amax_scale(const pooler::u16* normed, unsigned long long count, float* global_scale,
-                            float* amax_out) {
+    pooler_bench_amax_scale(const pooler::u16* normed, unsigned long long count, float* global_scale, float* amax_out) {
   using namespace pooler;
   pdl_wait();
   pdl_launch_dependents();
