@@ -1,0 +1,84 @@
+// Pooler::Impl: the state of one rank's Pooler, shared by the construction
+// (pooler_setup.cpp) and the calls (pooler.cpp).
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "pooler/pooler.hpp"
+#include "runtime/comm/mailbox.hpp"
+#include "runtime/comm/symmetric_buffer.hpp"
+#include "runtime/gather/gather_kernels.hpp"
+#include "runtime/gemm/pooler_gemm.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/kernel.hpp"
+#include "runtime/jit/kernel_cache.hpp"
+#include "runtime/pooler_forms.hpp"
+
+namespace pooler {
+
+inline std::uint32_t bits(float value) { return std::bit_cast<std::uint32_t>(value); }
+
+// The norm constants a consumer form is compiled for.
+using NormKey = std::pair<std::uint32_t, std::uint32_t>;  // eps, gain center bits
+inline NormKey norm_key(const NormConstants& norm) { return {bits(norm.eps), bits(norm.gain_center)}; }
+inline NormKey norm_key(const PoolerLayer& layer) { return norm_key(NormConstants{layer.eps, layer.gain_center}); }
+
+struct Pooler::Impl {
+  ncclComm_t comm = nullptr;
+  int rank = 0;
+  int tp = 1;
+  int ordinal = 0;
+  PoolerOptions options;
+  std::optional<PrimaryContext> context;
+  std::string architecture;
+  MailboxLayout layout;
+  std::optional<Stream> setup_stream;
+  // Order matters for destruction: kernels before the memory they point into.
+  std::optional<SymmetricBuffer> mailbox;
+  std::optional<MailboxState> state;
+  DeviceBuffer shard, packed, scales, rows, normed;
+  std::vector<std::unique_ptr<LoadedForm>> loaded;
+  std::vector<std::unique_ptr<PoolerGemm>> gemm_by_rows;   // index b; null where b is not compiled
+  std::vector<std::unique_ptr<PoolerGemm>> fused_by_rows;  // the publishing GEMMs, when options.fuse_publish
+  MailboxPeers peers{};
+  std::optional<PublishLauncher> publisher;
+  std::map<NormKey, Nvfp4ConsumerLauncher> nvfp4_consumers;
+  std::map<NormKey, Bf16ConsumerLauncher> bf16_consumers;
+  std::vector<const Nvfp4ConsumerLauncher*> nvfp4_of_layer;  // per layer; null for edge layers
+  std::vector<const Bf16ConsumerLauncher*> bf16_of_layer;    // per layer; null for NVFP4 layers
+  std::vector<std::string> form_lines;
+  // Set by check_usable() (const) when it finds a timeout record: the Pooler,
+  // like a CUDA stream, is used from one thread at a time.
+  bool one_round_trip = false;  // the consumers' variant: options or POOLER_CONSUMER (compile())
+  mutable bool failed = false;
+  mutable std::string failure;
+
+  void validate_locally();
+  std::string configuration_text() const;
+  void agree_on_configuration(const std::string& local_error);
+  void barrier(const char* why);
+  void compile();
+  void load();
+  void agree_on_success(const std::string& local_error, const char* step);
+  PoolerForms plan;
+  std::vector<Lookup> lookups;
+  void check_usable() const;
+  const PoolerGemm& gemm_for(int b, const char* call, CUstream stream) const;
+  const PoolerLayer& layer_at(int layer, const char* call) const;
+  int rows_of(const TensorView& x, const char* call) const;
+  void check_out(const TensorView& view, const char* call, const char* what, DType dtype, std::int64_t height,
+                 std::int64_t width) const;
+  void check_outputs(int layer, int b, const ExpertInput& out, const char* call) const;
+  ExpertInput scratch_outputs(int layer, int b) const;
+  void project_and_publish(const PoolerLayer& spec, const TensorView& x, const PoolerGemm& gemm, CUstream stream);
+  ExpertInput gather_to(int layer, int b, const ExpertInput& out, CUstream stream);
+};
+
+}  // namespace pooler

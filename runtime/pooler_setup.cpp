@@ -1,0 +1,327 @@
+// The Pooler's collective construction, destruction and warm-up: validate, compile,
+// agree on the configuration, build the mailbox, load the kernels (pooler_impl.hpp).
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "runtime/comm/nccl.hpp"
+#include "runtime/jit/driver.hpp"
+#include "runtime/jit/log.hpp"
+#include "runtime/jit/sha256.hpp"
+#include "runtime/pooler_impl.hpp"
+#include "runtime/tensor_view.hpp"
+
+namespace pooler {
+
+namespace {
+
+// PoolerOptions::one_round_trip_consumer, unless POOLER_CONSUMER (baseline or
+// one_round_trip) overrides it, for comparisons without a code change (as
+// POOLER_GEMM_RING does for the GEMM's ring). Throws InvalidArgument for another value.
+bool one_round_trip_consumer(const PoolerOptions& options) {
+  const char* env = std::getenv("POOLER_CONSUMER");
+  const std::string mode = env ? env : "";
+  if (mode.empty()) return options.one_round_trip_consumer;
+  if (mode == "one_round_trip") return true;
+  if (mode == "baseline") return false;
+  throw InvalidArgument(fmt::format("POOLER_CONSUMER = \"{}\"; expected baseline, one_round_trip or unset", mode));
+}
+
+}  // namespace
+
+void Pooler::Impl::validate_locally() {
+  // P, tp and the capacity passed MailboxLayout::make already.
+  const PoolerOptions& o = options;
+  if (o.layers.empty()) {
+    throw InvalidArgument("Pooler: options.layers is empty; expected one PoolerLayer per MoE layer");
+  }
+  if (o.batches.empty()) {
+    throw InvalidArgument("Pooler: options.batches is empty; expected the batch sizes run() will see");
+  }
+  for (int b : o.batches) {
+    if (b < 1 || b > o.capacity || b > kMaxGemmRows) {
+      throw InvalidArgument(fmt::format("Pooler: batch {} must lie in [1, {}] (the capacity, and the GEMM's {} rows)",
+                                        b, std::min(o.capacity, kMaxGemmRows), kMaxGemmRows));
+    }
+  }
+  if (o.spin_timeout.count() <= 0) {
+    throw InvalidArgument(fmt::format("Pooler: spin_timeout {} ns must be positive", o.spin_timeout.count()));
+  }
+  for (std::size_t i = 0; i < o.layers.size(); ++i) {
+    const PoolerLayer& layer = o.layers[i];
+    const std::string name = fmt::format("layer {}", i);
+    expect(layer.weight, name + " weight", DType::bf16, {layout.width(), o.hidden}, 16);
+    expect(layer.norm_weight, name + " norm weight", DType::bf16, {o.pooled}, 16);
+    if (layer.global_scale) {
+      expect(*layer.global_scale, name + " global scale", DType::f32, {1}, 4);
+    }
+    if (!std::isfinite(layer.eps) || layer.eps <= 0.0f) {
+      throw InvalidArgument(fmt::format("{}: eps {} must be finite and positive", name, layer.eps));
+    }
+    if (!std::isfinite(layer.gain_center)) {
+      throw InvalidArgument(fmt::format("{}: gain center {} must be finite", name, layer.gain_center));
+    }
+  }
+}
+
+// Everything that must be equal on every rank (pointers excluded).
+std::string Pooler::Impl::configuration_text() const {
+  const PoolerOptions& o = options;
+  const std::set<int> batches(o.batches.begin(), o.batches.end());
+  std::string text = fmt::format("H={} P={} tp={} capacity={} pdl={} timeout={} batches=", o.hidden, o.pooled, tp,
+                                 o.capacity, o.enable_pdl, o.spin_timeout.count());
+  for (int b : batches) text += fmt::format("{},", b);
+  if (o.gemm_shape) text += " gemm=" + describe(*o.gemm_shape);
+  text += fmt::format(" fuse_publish={} one_round_trip_consumer={}", o.fuse_publish, one_round_trip);
+  text += fmt::format(" layers={}:", o.layers.size());
+  for (const PoolerLayer& layer : o.layers) {
+    text +=
+        fmt::format("{}/{:08x}/{:08x};", layer.nvfp4() ? "nvfp4" : "bf16", bits(layer.eps), bits(layer.gain_center));
+  }
+  return text;
+}
+
+// One ncclAllGather of {SHA-256 of the configuration, local validation failed}: every
+// rank learns whether all agree and all are valid, so a mismatch or bad input on one
+// rank is an error on every rank instead of a hang in the next collective.
+void Pooler::Impl::agree_on_configuration(const std::string& local_error) {
+  struct Vote {
+    unsigned char digest[32];
+    std::uint32_t invalid;
+    std::uint32_t pad[3];
+  };
+  Vote mine{};
+  const Digest digest = Sha256().update(configuration_text()).finish();
+  std::memcpy(mine.digest, digest.data(), sizeof(mine.digest));
+  mine.invalid = local_error.empty() ? 0u : 1u;
+  DeviceBuffer send(sizeof(Vote));
+  DeviceBuffer receive(sizeof(Vote) * static_cast<std::size_t>(tp));
+  send.upload(&mine, sizeof(mine));
+  check_nccl(ncclAllGather(reinterpret_cast<const void*>(send.get()), reinterpret_cast<void*>(receive.get()),
+                           sizeof(Vote), ncclUint8, comm, setup_stream->get()),
+             "ncclAllGather", fmt::format("Pooler rank {}: comparing configurations", rank), comm);
+  setup_stream->synchronize();
+  std::vector<Vote> votes(static_cast<std::size_t>(tp));
+  receive.download(votes.data(), receive.bytes());
+  if (!local_error.empty()) {
+    return;  // the caller raises this rank's own error
+  }
+  std::vector<int> invalid, different;
+  for (int r = 0; r < tp; ++r) {
+    const Vote& vote = votes[static_cast<std::size_t>(r)];
+    if (vote.invalid != 0u) invalid.push_back(r);
+    if (std::memcmp(vote.digest, mine.digest, sizeof(mine.digest)) != 0) different.push_back(r);
+  }
+  if (!invalid.empty()) {
+    throw InvalidArgument(fmt::format("Pooler rank {}: rank(s) {} rejected their options (see their errors)", rank,
+                                      fmt::join(invalid, ", ")));
+  }
+  if (!different.empty()) {
+    throw InvalidArgument(
+        fmt::format("Pooler rank {}: rank(s) {} passed a different configuration than this rank ({}); "
+                    "every rank must pass the same layers, batches, capacity, PDL, timeout, H and P",
+                    rank, fmt::join(different, ", "), configuration_text()));
+  }
+}
+
+// A barrier that is also a vote: every rank says whether `step` worked on it,
+// and all throw if any failed, so that no rank waits forever for a peer that
+// gave up.
+void Pooler::Impl::agree_on_success(const std::string& local_error, const char* step) {
+  DeviceBuffer flag(sizeof(int));
+  const int failed_here = local_error.empty() ? 0 : 1;
+  flag.upload(&failed_here, sizeof(failed_here));
+  check_nccl(ncclAllReduce(reinterpret_cast<const void*>(flag.get()), reinterpret_cast<void*>(flag.get()), 1, ncclInt,
+                           ncclMax, comm, setup_stream->get()),
+             "ncclAllReduce", fmt::format("Pooler rank {}: {}", rank, step), comm);
+  setup_stream->synchronize();
+  int failed_anywhere = 0;
+  flag.download(&failed_anywhere, sizeof(failed_anywhere));
+  if (!local_error.empty()) {
+    throw Error(local_error);
+  }
+  if (failed_anywhere != 0) {
+    throw Error(fmt::format("Pooler rank {}: another rank failed while {} (see its error)", rank, step));
+  }
+}
+
+void Pooler::Impl::barrier(const char* why) {
+  DeviceBuffer token(sizeof(int));
+  token.fill_bytes(0);
+  check_nccl(ncclAllReduce(reinterpret_cast<const void*>(token.get()), reinterpret_cast<void*>(token.get()), 1, ncclInt,
+                           ncclSum, comm, setup_stream->get()),
+             "ncclAllReduce", fmt::format("Pooler rank {}: barrier ({})", rank, why), comm);
+  setup_stream->synchronize();
+}
+
+// Compiles (or finds in the caches) every form: local work, done before the
+// configuration vote so that a compile error is voted on like bad input.
+void Pooler::Impl::compile() {
+  const PoolerOptions& o = options;
+  PoolerConfig config;
+  config.hidden = o.hidden;
+  config.pooled = o.pooled;
+  config.tp = tp;
+  config.capacity = o.capacity;
+  config.batches = o.batches;
+  config.gemm_shape = o.gemm_shape;
+  config.fuse_publish = o.fuse_publish;
+  one_round_trip = one_round_trip_consumer(o);
+  config.one_round_trip_consumer = one_round_trip;
+  for (const PoolerLayer& layer : o.layers) {
+    (layer.nvfp4() ? config.nvfp4_norms : config.edge_norms).push_back(NormConstants{layer.eps, layer.gain_center});
+  }
+  plan = pooler_forms(config);
+  lookups = KernelCache::global().get_all(plan.forms, architecture);
+  for (std::size_t i = 0; i < plan.forms.size(); ++i) {
+    form_lines.push_back(fmt::format("{} ({}): {}", plan.forms[i].name(), architecture, to_string(lookups[i].origin)));
+  }
+}
+
+// Loads every compiled form and binds the launchers to the mailbox.
+void Pooler::Impl::load() {
+  const PoolerOptions& o = options;
+  const CUcontext ctx = context->get();
+  const MailboxBinding binding = state->binding(mailbox->local());
+  const auto timeout_ns = static_cast<unsigned long long>(o.spin_timeout.count());
+  gemm_by_rows.resize(static_cast<std::size_t>(o.capacity) + 1);
+  for (std::size_t i = 0; i < plan.batches.size(); ++i) {
+    gemm_by_rows[static_cast<std::size_t>(plan.batches[i])] =
+        std::make_unique<PoolerGemm>(*lookups[i].entry, ctx, plan.gemm_plans[i]);
+  }
+  auto load = [&](std::size_t index) -> const LoadedForm& {
+    loaded.push_back(std::make_unique<LoadedForm>(*lookups[index].entry, ctx));
+    return *loaded.back();
+  };
+  peers = make_peers(mailbox->peers());
+  if (o.fuse_publish) {
+    fused_by_rows.resize(static_cast<std::size_t>(o.capacity) + 1);
+    for (std::size_t i = 0; i < plan.batches.size(); ++i) {
+      fused_by_rows[static_cast<std::size_t>(plan.batches[i])] =
+          std::make_unique<PoolerGemm>(*lookups[plan.first_fused_gemm + i].entry, ctx, plan.fused_plans[i]);
+    }
+  }
+  publisher.emplace(load(plan.publish), layout, rank, peers, state->state());
+  for (std::size_t i = 0; i < plan.nvfp4_norms.size(); ++i) {
+    nvfp4_consumers.emplace(norm_key(plan.nvfp4_norms[i]),
+                            Nvfp4ConsumerLauncher(load(plan.first_nvfp4 + i), layout, rank, binding, timeout_ns));
+  }
+  for (std::size_t i = 0; i < plan.edge_norms.size(); ++i) {
+    bf16_consumers.emplace(norm_key(plan.edge_norms[i]),
+                           Bf16ConsumerLauncher(load(plan.first_edge + i), layout, rank, binding, timeout_ns));
+  }
+  for (const PoolerLayer& layer : o.layers) {
+    const NormKey key = norm_key(NormConstants{layer.eps, layer.gain_center});
+    nvfp4_of_layer.push_back(layer.nvfp4() ? &nvfp4_consumers.at(key) : nullptr);
+    bf16_of_layer.push_back(layer.nvfp4() ? nullptr : &bf16_consumers.at(key));
+  }
+}
+
+Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  if (comm == nullptr) {
+    throw InvalidArgument("Pooler: the NCCL communicator is null");
+  }
+  require_nvls_disabled();
+  s.comm = comm;
+  s.options = std::move(options);
+  check_nccl(ncclCommCount(comm, &s.tp), "ncclCommCount", "Pooler", comm);
+  check_nccl(ncclCommUserRank(comm, &s.rank), "ncclCommUserRank", "Pooler", comm);
+  check_nccl(ncclCommCuDevice(comm, &s.ordinal), "ncclCommCuDevice", "Pooler", comm);
+  s.context.emplace(s.ordinal);
+  ContextScope scope(s.context->get());
+  s.architecture = device_info(s.ordinal).architecture();
+  s.setup_stream.emplace();
+
+  // Validate and compile, then agree: every rank reaches the collective, valid
+  // or not, so bad input or a compile error on one rank raises on all.
+  std::string local_error;
+  std::exception_ptr local_failure;
+  try {
+    s.layout = MailboxLayout::make(s.options.pooled, s.tp, s.options.capacity);
+    s.validate_locally();
+    s.compile();
+    const std::size_t capacity = static_cast<std::size_t>(s.options.capacity);
+    const std::size_t pooled = static_cast<std::size_t>(s.options.pooled);
+    s.shard = DeviceBuffer(capacity * static_cast<std::size_t>(s.layout.width()) * 2);
+    s.packed = DeviceBuffer(capacity * pooled / 2);
+    s.scales = DeviceBuffer(capacity * pooled / 16);
+    s.rows = DeviceBuffer(capacity * pooled * 2);
+    s.normed = DeviceBuffer(capacity * pooled * 2);
+  } catch (const Error& error) {
+    local_error = fmt::format("Pooler rank {}: {}", s.rank, error.what());
+    local_failure = std::current_exception();
+  }
+  s.agree_on_configuration(local_error);  // throws if another rank failed or differs
+  if (local_failure) {
+    std::rethrow_exception(local_failure);  // this rank's own error, as raised
+  }
+
+  // Collective (NCCL's own): the symmetric window, then the peers' addresses.
+  s.mailbox.emplace(comm, s.layout.bytes());
+  local_error.clear();
+  try {
+    fill_mailbox_sentinel(s.mailbox->local(), s.layout, s.setup_stream->get());
+    s.state.emplace(s.setup_stream->get());
+    s.load();
+    s.setup_stream->synchronize();
+  } catch (const Error& error) {
+    local_error = fmt::format("Pooler rank {}: {}", s.rank, error.what());
+  }
+  // Nobody publishes before every rank has filled its mailbox with the sentinel.
+  s.agree_on_success(local_error, "preparing the mailbox and loading the kernels");
+  log().info("Pooler rank {} of {} on GPU {} ({}): {} layers, batches {}, {} forms", s.rank, s.tp, s.ordinal,
+             s.architecture, s.options.layers.size(), fmt::join(s.options.batches, ","), s.form_lines.size());
+}
+
+Pooler::~Pooler() {
+  // Kernels still in flight may use the scratch, the mailbox and the modules:
+  // let them finish before anything is released (the mailbox's own release is
+  // collective and comes last, with the members).
+  if (impl_ && impl_->context) {
+    try {
+      ContextScope scope(impl_->context->get());
+      if (CUresult status = driver().cuCtxSynchronize(); status != CUDA_SUCCESS) {
+        log().warn("Pooler rank {}: synchronizing before destruction failed: {}", impl_->rank, error_name(status));
+      }
+    } catch (const Error& error) {
+      log().warn("Pooler rank {}: {}", impl_->rank, error.what());
+    }
+  }
+}
+
+void Pooler::warm_up() {
+  Impl& s = *impl_;
+  ContextScope scope(s.context->get());
+  s.check_usable();
+  // Whatever the caller queued must be done before the warm-up's calls, which
+  // use the same mailbox from another stream.
+  POOLER_CU(cuCtxSynchronize(), fmt::format("Pooler rank {}: warm-up", s.rank));
+  // No rank publishes before every rank has compiled: a consumer gives up after
+  // the spin timeout, which a peer's compile could exceed.
+  s.barrier("warm-up");
+  std::map<std::pair<bool, NormKey>, int> first_of_kind;
+  for (std::size_t i = 0; i < s.options.layers.size(); ++i) {
+    first_of_kind.emplace(std::make_pair(s.options.layers[i].nvfp4(), norm_key(s.options.layers[i])),
+                          static_cast<int>(i));
+  }
+  std::set<int> batches(s.options.batches.begin(), s.options.batches.end());
+  DeviceBuffer zeros(static_cast<std::size_t>(*batches.rbegin()) * static_cast<std::size_t>(s.options.hidden) * 2);
+  zeros.fill_bytes(0);
+  for (int b : batches) {
+    for (const auto& [kind, index] : first_of_kind) {
+      run(index, TensorView::matrix(zeros.get(), DType::bf16, b, s.options.hidden), s.setup_stream->get());
+    }
+  }
+  s.setup_stream->synchronize();
+  s.check_usable();
+  log().debug("Pooler rank {}: warmed up {} form(s) over {} batch(es)", s.rank, first_of_kind.size(), batches.size());
+}
+
+}  // namespace pooler
