@@ -153,6 +153,7 @@ struct ModelSpec {
   std::chrono::nanoseconds spin_timeout = std::chrono::seconds(5);
   bool pdl = true;
   bool fuse_publish = true;
+  bool one_round_trip_consumer = true;
 
   int set_of(int layer) const { return layer % sets; }
   bool nvfp4(int layer) const { return std::find(edge_layers.begin(), edge_layers.end(), layer) == edge_layers.end(); }
@@ -300,6 +301,7 @@ PoolerOptions options_for(const DeviceModel& model, const ModelSpec& spec, int t
   options.capacity = spec.capacity;
   options.enable_pdl = spec.pdl;
   options.fuse_publish = spec.fuse_publish;
+  options.one_round_trip_consumer = spec.one_round_trip_consumer;
   options.spin_timeout = spec.spin_timeout;
   options.hidden = kHidden;
   options.pooled = kPooled;
@@ -834,12 +836,20 @@ void expect_all_reduce_works(const RankEnv& env, const std::string& when) {
 void every_form(const RankEnv& env) {
   const ModelSpec base = full_model();
   const DeviceModel model(*env.host, env.stream);
-  for (const auto& [pdl, fuse] : {std::pair{true, true}, std::pair{false, true}, std::pair{true, false}}) {
+  struct Variant {
+    bool pdl, fuse, one_round_trip;
+  };
+  for (const Variant& v : {Variant{true, true, true}, Variant{false, true, true}, Variant{true, false, true},
+                           Variant{true, true, false}}) {
+    const bool pdl = v.pdl;
+    const bool fuse = v.fuse;
     ModelSpec spec = base;
     spec.pdl = pdl;
     spec.fuse_publish = fuse;
+    spec.one_round_trip_consumer = v.one_round_trip;
     const std::string what =
-        fmt::format("every form, PDL {}, publish {}", pdl ? "on" : "off", fuse ? "in the GEMM" : "as a kernel");
+        fmt::format("every form, PDL {}, publish {}, consumer {}", pdl ? "on" : "off",
+                    fuse ? "in the GEMM" : "as a kernel", v.one_round_trip ? "one round trip" : "baseline");
     Harness harness(env, model, spec);
     const std::vector<std::string> forms = harness.pooler().forms();
     // GEMMs (and their publishing twins), the publish, NVFP4 consumers for eps

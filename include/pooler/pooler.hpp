@@ -74,10 +74,10 @@ struct POOLER_API PoolerOptions {
   int hidden = 8192;                                                 // H: the GEMM's K (Muse Spark)
   int pooled = 4096;                                                 // P: the pooled width (Muse Spark)
   std::optional<PoolerGemmShape> gemm_shape;                         // default: choose_gemm_shape per batch
-  bool fuse_publish = true;              // run(): the GEMM's epilogue publishes (no publish kernel)
-  bool one_round_trip_consumer = false;  // gather()/run(): the consumer variant with one dependent round trip after
-                                         // its PDL wait (same outputs); POOLER_CONSUMER=baseline|one_round_trip
-                                         // overrides it
+  bool fuse_publish = true;             // run(): the GEMM's epilogue publishes (no publish kernel)
+  bool one_round_trip_consumer = true;  // gather()/run(): the consumer with one dependent round trip after its PDL
+                                        // wait (false: the baseline consumer; same outputs);
+                                        // POOLER_CONSUMER=baseline|one_round_trip overrides it
 };
 
 // What run() hands the experts. For an NVFP4 layer `packed` (U8 [b, P / 2]) and
