@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -231,7 +232,7 @@ TEST(GemmPublishForm, RefusesBadMailboxes) {
   testing::expect_mentions(message(8, 4096, GemmPublish{8, 32}), {"P = 32768"});
 }
 
-TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOrReduceAsyncWhereMeasuredToWin) {
+TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOnChipOrReduceAsyncWhereChosen) {
   for (int n : kWidths) {
     const PoolerGemmShape first = choose_gemm_shape(n, kHidden, 1);
     for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
@@ -256,23 +257,33 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOrReduceAsyncWhereMeasuredToWin
       const PoolerGemmShape registers = choose_register_gemm_shape(n, kHidden, rows);
       EXPECT_EQ(registers.stages, 0);
       EXPECT_EQ(2 * registers.tiles() * registers.k_unroll, 16) << "loads of w in flight per lane";
-      if (rows <= 8) {
+      // The whole share of w on chip at the TP4 and TP8 widths, for every
+      // batch (it fits: 64 or 128 KiB of w per CTA), never with a ring.
+      EXPECT_EQ(shape.w_on_chip, n <= 1024);
+      if (shape.w_on_chip) {
+        EXPECT_FALSE(ring);
+      }
+      if (rows <= 8 && !(shape.w_on_chip && n == 1024)) {
         EXPECT_EQ(shape.ctas_per_sm, 2);
       }
       // The async reduction only where all of w is loaded in the prologue
-      // (N = 512 at K = 8192) and with few rows.
-      EXPECT_EQ(shape.async_reduce, n == 512 && rows <= 4);
+      // (w on chip, N <= 1024 at K = 8192) and with few rows.
+      EXPECT_EQ(shape.async_reduce, n <= 1024 && rows <= 4);
       if (!ring) {
+        // The register shape's CTAs and sums: the same bits.
         PoolerGemmShape barrier = shape;
         barrier.async_reduce = false;
+        barrier.w_on_chip = false;
+        barrier.ctas_per_sm = registers.ctas_per_sm;
         EXPECT_EQ(barrier, registers);
       }
+      EXPECT_EQ(choose_streaming_gemm_shape(n, kHidden, rows).w_on_chip, false);
       const LaunchShape launch = pooler_gemm_launch_shape(rows, n, kHidden, shape);
       EXPECT_EQ(launch.grid_x, 128u) << "one CTA per SM on 132 SMs, one wave";
       EXPECT_EQ(launch.grid_y, 1u);
       EXPECT_EQ(launch.block_x, threads);
       if (shape.ctas_per_sm == 2) {
-        EXPECT_LE(launch.shared_bytes, 110u * 1024u) << "two CTAs per SM still fit";
+        EXPECT_LE(launch.shared_bytes, 113u * 1024u) << "two CTAs per SM still fit";
       }
       if (ring) {
         // At least two stages per warp, so that a refill overlaps the MMAs of
@@ -292,7 +303,13 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOrReduceAsyncWhereMeasuredToWin
   EXPECT_EQ(tp8.warps_k, 4);
   EXPECT_EQ(tp8.k_unroll, 8);
   EXPECT_EQ(tp8.stages, 0);
+  EXPECT_TRUE(tp8.w_on_chip);
+  EXPECT_EQ(tp8.ctas_per_sm, 2);
   EXPECT_FALSE(tp8.async_reduce);
+  const PoolerGemmShape tp4 = choose_gemm_shape(1024, kHidden, 8);
+  EXPECT_EQ(tp4.outputs_per_block, 64);
+  EXPECT_TRUE(tp4.w_on_chip);
+  EXPECT_EQ(tp4.ctas_per_sm, 1) << "128 KiB of w per CTA: one CTA per SM";
   EXPECT_TRUE(choose_gemm_shape(512, kHidden, 1).async_reduce);
   const PoolerGemmShape tp2 = choose_gemm_shape(2048, kHidden, 8);
   EXPECT_EQ(tp2.outputs_per_block, 128);
@@ -321,6 +338,113 @@ TEST(GemmShapeRule, RingCanBeForcedOnOrOff) {
   testing::expect_refused([] { choose_gemm_shape(2048, kHidden, 8); }, "POOLER_GEMM_RING = \"sometimes\"");
 }
 
+TEST(GemmShapeRule, OnChipCanBeForcedOnOrOff) {
+  struct Restore {
+    ~Restore() {
+      unsetenv("POOLER_GEMM_ON_CHIP");
+      unsetenv("POOLER_GEMM_RING");
+    }
+  } restore;
+  setenv("POOLER_GEMM_ON_CHIP", "off", 1);
+  for (int rows : {1, 8, 16}) {
+    EXPECT_FALSE(choose_gemm_shape(512, kHidden, rows).w_on_chip);
+    EXPECT_EQ(choose_gemm_shape(1024, kHidden, rows), choose_streaming_gemm_shape(1024, kHidden, rows));
+  }
+  setenv("POOLER_GEMM_ON_CHIP", "on", 1);
+  EXPECT_TRUE(choose_gemm_shape(48, 256, 3).w_on_chip) << "wherever it fits, whatever the grid";
+  EXPECT_FALSE(choose_gemm_shape(2048, kHidden, 8).w_on_chip) << "256 KiB of w per CTA does not fit";
+  EXPECT_GT(choose_gemm_shape(2048, kHidden, 8).stages, 0) << "the ring where w does not fit on chip";
+  unsetenv("POOLER_GEMM_ON_CHIP");
+  // A ring forced on wins over the rule's on-chip choice (RingCanBeForcedOnOrOff).
+  setenv("POOLER_GEMM_RING", "on", 1);
+  EXPECT_FALSE(choose_gemm_shape(512, kHidden, 8).w_on_chip);
+  unsetenv("POOLER_GEMM_RING");
+  setenv("POOLER_GEMM_ON_CHIP", "always", 1);
+  testing::expect_refused([] { choose_gemm_shape(512, kHidden, 8); }, "POOLER_GEMM_ON_CHIP = \"always\"");
+}
+
+TEST(GemmShapeRule, OnChipShapesKeepTheRegisterSumsOrFitTwoPerSm) {
+  for (int n : {512, 1024}) {
+    for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
+      SCOPED_TRACE(::testing::Message() << "N " << n << ", rows " << rows);
+      const PoolerGemmShape registers = choose_register_gemm_shape(n, kHidden, rows);
+      const std::optional<PoolerGemmShape> same = on_chip_gemm_shape(n, kHidden, rows);
+      ASSERT_TRUE(same.has_value());
+      EXPECT_TRUE(same->w_on_chip);
+      EXPECT_EQ(same->stages, 0);
+      // The same CTAs, warps and order of sums as the register shape.
+      EXPECT_EQ(same->outputs_per_block, registers.outputs_per_block);
+      EXPECT_EQ(same->split_k, registers.split_k);
+      EXPECT_EQ(same->warps_k, registers.warps_k);
+      EXPECT_EQ(same->block_size, registers.block_size);
+      const int bytes = pooler_gemm_shared_bytes(rows, n, kHidden, *same);
+      // At least the share of w: its rows (K / 8 values each) and their padding.
+      EXPECT_GE(bytes, registers.outputs_per_block * (2 * kHidden / 8 + 64));
+      EXPECT_LE(bytes, kMaxGemmSharedBytes);
+      EXPECT_EQ(same->ctas_per_sm, bytes <= 113 * 1024 ? 2 : 1);
+      const std::optional<PoolerGemmShape> two = on_chip_gemm_shape(n, kHidden, rows, true);
+      if (rows <= 16) {
+        ASSERT_TRUE(two.has_value());
+        EXPECT_TRUE(two->w_on_chip);
+        EXPECT_EQ(two->ctas_per_sm, 2);
+        EXPECT_LE(pooler_gemm_shared_bytes(rows, n, kHidden, *two), 113 * 1024);
+        EXPECT_EQ(two->block_size, registers.block_size);
+        const LaunchShape launch = pooler_gemm_launch_shape(rows, n, kHidden, *two);
+        EXPECT_EQ(launch.grid_x, n == 512 ? 128u : 256u) << "N = 1024: half the columns per CTA, twice the CTAs";
+      }
+    }
+  }
+  // w of a TP2 width does not fit on chip.
+  EXPECT_FALSE(on_chip_gemm_shape(2048, kHidden, 1).has_value());
+}
+
+class GemmOnChipForms : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GemmOnChipForms, BothWeightPathsCompileWithoutLocalMemory) {
+  // The rule's forms at N = 512 and 1024 are on chip (GemmForms compiles them);
+  // here the other forms that the benchmark and the GPU test compare with
+  // them: the streaming path, the on-chip forms of two CTAs per SM, and their
+  // fused-publish forms.
+  const std::string architecture = GetParam();
+  testing::ScratchDir dir;
+  KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
+  struct Case {
+    PoolerGemmShape shape;
+    bool publish;
+  };
+  std::vector<Case> cases;
+  std::vector<Form> forms;
+  for (int n : {512, 1024}) {
+    const GemmPublish publish{kPooled / n, kCapacity};
+    for (int rows : {1, 2, 4, 8, 16, 32}) {
+      std::vector<PoolerGemmShape> shapes = {choose_streaming_gemm_shape(n, kHidden, rows)};
+      if (const auto two = on_chip_gemm_shape(n, kHidden, rows, true)) shapes.push_back(*two);
+      for (const PoolerGemmShape& shape : shapes) {
+        const Form plain = pooler_gemm_form(rows, n, kHidden, shape);
+        EXPECT_NE(plain.describe_constants().find(shape.w_on_chip ? "W_ON_CHIP=1" : "W_ON_CHIP=0"), std::string::npos)
+            << plain.describe_constants();
+        cases.push_back({shape, false});
+        forms.push_back(plain);
+        if (rows <= 16) {
+          cases.push_back({shape, true});
+          forms.push_back(pooler_gemm_form(rows, n, kHidden, shape, &publish));
+        }
+      }
+    }
+  }
+  const std::vector<Lookup> lookups = cache.get_all(forms, architecture);
+  ASSERT_EQ(lookups.size(), forms.size());
+  for (std::size_t i = 0; i < lookups.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << forms[i].name() << " " << forms[i].describe_constants() << " for "
+                                      << architecture);
+    const char* kernel = cases[i].publish ? kPoolerGemmPublishEntry : kPoolerGemmEntry;
+    const char* stub = cases[i].publish ? kPoolerGemmEntry : kPoolerGemmPublishEntry;
+    EXPECT_GT(expect_gemm_kernel(*lookups[i].entry, architecture, cases[i].shape, kernel, stub), 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, GemmOnChipForms, ::testing::Values("sm_90", "sm_100a"));
+
 TEST(GemmShapeRule, GivesAValidShapeForEveryReasonableProblem) {
   for (int n = 16; n <= 8192; n += 16) {
     for (int k : {32, 64, 96, 256, 1024, 3072, 4096, 8192, 8192 + 256, 16384}) {
@@ -348,8 +472,9 @@ TEST(GemmShapeRule, RefusesWhatNoShapeFits) {
 }
 
 TEST(GemmShapeValidation, NamesTheValueAtFault) {
-  const PoolerGemmShape good = choose_gemm_shape(1024, kHidden, 4);
+  const PoolerGemmShape good = choose_streaming_gemm_shape(1024, kHidden, 4);
   EXPECT_NO_THROW(validate_gemm_shape(4, 1024, kHidden, good));
+  EXPECT_NO_THROW(validate_gemm_shape(4, 1024, kHidden, choose_gemm_shape(1024, kHidden, 4)));
 
   auto message = [&](int rows, int n, int k, PoolerGemmShape shape) {
     return testing::rejection([&] { validate_gemm_shape(rows, n, k, shape); });
@@ -393,6 +518,14 @@ TEST(GemmShapeValidation, NamesTheValueAtFault) {
   bad.block_size = 32;
   bad.outputs_per_block = 16;
   testing::expect_mentions(message(32, 1024, 65536, bad), {"bytes of shared memory"});
+  bad = good;
+  bad.w_on_chip = true;
+  bad.stages = 2;
+  testing::expect_mentions(message(4, 1024, kHidden, bad), {"w_on_chip needs stages = 0, not 2"});
+  // TP2's width: 128 rows of 1024 K values per CTA do not fit.
+  bad = choose_register_gemm_shape(2048, kHidden, 4);
+  bad.w_on_chip = true;
+  testing::expect_mentions(message(4, 2048, kHidden, bad), {"bytes of shared memory", "w on chip: 128 rows x 1024 K"});
   // The form refuses what validation refuses.
   EXPECT_THROW(pooler_gemm_form(4, 1000, kHidden, good), InvalidArgument);
 }
@@ -416,13 +549,23 @@ TEST(GemmForm, ConstantsDescribeTheShape) {
   EXPECT_NE(constants.find("ASYNC_REDUCE=0"), std::string::npos) << constants;
   // The async reduction: its constant, and 16 more bytes of shared memory (its
   // mbarrier).
-  PoolerGemmShape async = choose_gemm_shape(512, kHidden, 2);
+  PoolerGemmShape async = choose_streaming_gemm_shape(512, kHidden, 2);
   ASSERT_TRUE(async.async_reduce);
   const std::string async_constants = pooler_gemm_form(2, 512, kHidden, async).describe_constants();
   EXPECT_NE(async_constants.find("ASYNC_REDUCE=1"), std::string::npos) << async_constants;
   const int async_bytes = pooler_gemm_shared_bytes(2, 512, kHidden, async);
   async.async_reduce = false;
   EXPECT_EQ(async_bytes, (pooler_gemm_shared_bytes(2, 512, kHidden, async) + 15) / 16 * 16 + 16);
+  // w on chip: its constant, and its share of w (32 rows of 1024 K values, each
+  // padded by 64 bytes) and the mbarriers beyond the streaming form's memory.
+  const PoolerGemmShape on_chip = choose_gemm_shape(512, kHidden, 8);
+  ASSERT_TRUE(on_chip.w_on_chip);
+  EXPECT_NE(pooler_gemm_form(8, 512, kHidden, on_chip).describe_constants().find("W_ON_CHIP=1"), std::string::npos);
+  EXPECT_NE(constants.find("W_ON_CHIP=0"), std::string::npos) << constants;
+  const int streaming_bytes = pooler_gemm_shared_bytes(8, 512, kHidden, choose_streaming_gemm_shape(512, kHidden, 8));
+  const int on_chip_bytes = pooler_gemm_shared_bytes(8, 512, kHidden, on_chip);
+  EXPECT_GE(on_chip_bytes, streaming_bytes + 32 * (2048 + 64) + 16);
+  EXPECT_LT(on_chip_bytes, streaming_bytes + 32 * (2048 + 64) + 16 + 128 + 16);
 }
 
 TEST(GemmForm, TraceFormsAreSeparateAndCompileWithoutLocalMemory) {

@@ -22,6 +22,9 @@ struct PoolerGemmShape {
                                // stages per warp, filled by cp.async (k_unroll steps each)
   bool async_reduce = false;   // the cluster's partials go by st.async to an mbarrier of the CTA that sums them,
                                // instead of through a cluster barrier (split_k > 1 only; the same bits)
+  bool w_on_chip = false;      // the CTA's whole share of w goes into shared memory before the PDL wait, one bulk
+                               // copy per w row (stages = 0 only; k_unroll is then the main loop's unroll; the same
+                               // bits)
 
   int warps() const { return block_size / 32; }
   int warps_n() const { return warps() / warps_k; }
@@ -32,7 +35,7 @@ struct PoolerGemmShape {
 };
 
 // "block 256, 64 columns/CTA (1 tiles x 4 warps), split-K 8 CTAs x 2 warps, unroll 8, registers, 2 CTAs/SM"
-// (", async reduce" at the end with async_reduce).
+// (", async reduce" at the end with async_reduce; "w on chip" in place of "registers" with w_on_chip).
 POOLER_API std::string describe(const PoolerGemmShape& shape);
 
 }  // namespace pooler

@@ -209,6 +209,21 @@ POOLER_DEVICE void cp_async_commit_and_wait_all() {
   asm volatile("cp.async.commit_group;\n\tcp.async.wait_all;" ::: "memory");
 }
 
+// `bytes` (a multiple of 16) from `global` to `shared` (both 16-byte aligned) by the bulk-copy
+// engine, one instruction for the whole span, with the L2 policy `policy`; counted as `bytes`
+// of transactions on this CTA's mbarrier `barrier` when they have landed (shared::cta
+// addresses are valid shared::cluster ones for the issuing CTA). The mbarrier must be
+// initialized (mbarrier_expect_bytes) and its init fenced before the copy is issued. The
+// data is visible to a thread once it has waited on the barrier's phase.
+POOLER_DEVICE void cp_async_bulk_to_shared(u32 shared, const void* global, u32 bytes, u32 barrier,
+                                           unsigned long long policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
+          "r"(shared),
+      "l"(global), "r"(bytes), "r"(barrier), "l"(policy)
+      : "memory");
+}
+
 // ---- clusters, distributed shared memory, mbarriers ---------------------------------------
 
 POOLER_DEVICE void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory"); }

@@ -12,6 +12,10 @@
 //                (STAGES = 0), or per stage of its ring (STAGES >= 1)
 //   STAGES       0: w streams through registers; >= 1: through a ring of
 //                STAGES shared-memory stages per warp, filled by cp.async
+//   W_ON_CHIP    1: the CTA's whole share of w goes into shared memory before
+//                pdl_wait, one bulk copy per w row, completing on an mbarrier
+//                (STAGES must be 0; K_UNROLL is then the main loop's unroll);
+//                0: as STAGES says. The same bits either way.
 //   ASYNC_REDUCE 1: the cluster's partials travel by st.async to an mbarrier
 //                of the CTA that sums them (below); 0: by st.shared::cluster
 //                and a cluster barrier. Needs SPLIT_K > 1; the same bits.
@@ -91,10 +95,23 @@ constexpr int kSwizzle = kChunkBytes % 128 == 0 ? 4 : 0;  // pieces XOR-ed on od
 constexpr int kStageBytes = kWarpRows * kRowPitch;
 constexpr int kRingOffset = (kReduceOffset + kReduceBytes + 15) / 16 * 16;
 constexpr int kRingBytes = STAGES * kWarps * kStageBytes;
-constexpr int kDataBytes = STAGES == 0 ? kReduceOffset + kReduceBytes : kRingOffset + kRingBytes;
-// ASYNC_REDUCE: the mbarrier the partials of this CTA's columns count on.
+// W_ON_CHIP: the CTA's kColumnsPerCta rows of w, kSliceK K values each, one
+// row every kWPitch bytes. Lanes g and g+1 (one 8-lane phase of a 16-byte
+// load) read the same 64 bytes of their rows; a pitch of 64 (mod 128) bytes
+// puts those in different banks, as for the staged x. Each row is one bulk
+// copy (16-byte aligned and sized).
+constexpr int kWRowBytes = 2 * kSliceK;
+constexpr int kWPitch = kWRowBytes % 128 == 0 ? kWRowBytes + 64 : kWRowBytes;
+constexpr int kWOffset = (kReduceOffset + kReduceBytes + 127) / 128 * 128;
+constexpr int kWBytes = W_ON_CHIP ? kColumnsPerCta * kWPitch : 0;
+constexpr int kDataBytes = W_ON_CHIP     ? kWOffset + kWBytes
+                           : STAGES == 0 ? kReduceOffset + kReduceBytes
+                                         : kRingOffset + kRingBytes;
+// The mbarriers, 8 bytes each in one 16-byte block: ASYNC_REDUCE's (the
+// partials of this CTA's columns count on it) at kBarrierOffset, W_ON_CHIP's
+// (the bulk copies of w count on it) 8 bytes after.
 constexpr int kBarrierOffset = (kDataBytes + 15) / 16 * 16;
-constexpr int kSharedBytes = ASYNC_REDUCE ? kBarrierOffset + 16 : kDataBytes;
+constexpr int kSharedBytes = ASYNC_REDUCE || W_ON_CHIP ? kBarrierOffset + 16 : kDataBytes;
 
 static_assert(ROWS >= 1 && ROWS <= 32, "ROWS must lie in [1, 32]");
 static_assert(TILES >= 1 && WARPS_N >= 1 && WARPS_K >= 1 && K_UNROLL >= 1, "launch knobs must be positive");
@@ -117,6 +134,9 @@ static_assert(kChunkBytes % 128 == 0 || kChunkBytes == 64, "a ring row is 64 byt
 static_assert(PUBLISH == 0 || PUBLISH == 1, "PUBLISH must be 0 or 1");
 static_assert(ASYNC_REDUCE == 0 || (ASYNC_REDUCE == 1 && SPLIT_K > 1), "ASYNC_REDUCE is 0, or 1 with a cluster");
 static_assert(TRACE == 0 || TRACE == 1, "TRACE must be 0 or 1");
+static_assert(W_ON_CHIP == 0 || (W_ON_CHIP == 1 && STAGES == 0), "W_ON_CHIP is 0, or 1 without a ring");
+static_assert(kWRowBytes % 16 == 0 && kWPitch % 16 == 0, "bulk copies of w rows need 16-byte sizes and addresses");
+static_assert(kWPitch % 128 == 64 || !W_ON_CHIP, "the on-chip w pitch must be 64 (mod 128) bytes");
 static_assert(!PUBLISH || (TP >= 1 && TP <= pooler::kMailboxMaxPeers), "TP must lie in [1, kMailboxMaxPeers]");
 static_assert(!PUBLISH || (CAPACITY >= ROWS), "a mailbox slot must hold ROWS rows");
 // Lane 8j gathers 8 consecutive outputs of one row: whole 8-column pieces per
@@ -231,10 +251,29 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   }
   const unsigned long long policy = pooler::l2_evict_first_policy();
   // Prologue, before pdl_wait: the first K_UNROLL steps of w into registers,
-  // or the first STAGES chunks into the warp's ring.
-  U32x4 wbuf[STAGES == 0 ? K_UNROLL : 1][TILES][2];
+  // or the first STAGES chunks into the warp's ring, or (W_ON_CHIP) all of the
+  // CTA's w into shared memory.
+  U32x4 wbuf[STAGES == 0 && !W_ON_CHIP ? K_UNROLL : 1][TILES][2];
   Ring ring{};
-  if constexpr (STAGES == 0) {
+  const u32 w_barrier = barrier + 8;
+  if constexpr (W_ON_CHIP) {
+    // Warp 0 issues one bulk copy per row of the CTA's share (lane l: rows l,
+    // l + 32, ...), after lane 0 has initialized the mbarrier that expects all
+    // of their bytes; __syncwarp orders the fenced init before every lane's
+    // copies. Nothing else in the CTA writes this memory, so no proxy fence is
+    // needed before the copies.
+    if (warp == 0) {
+      if (lane == 0) pooler::mbarrier_expect_bytes(w_barrier, kColumnsPerCta * kWRowBytes);
+      __syncwarp();
+      const u16* w_cta = w + (static_cast<unsigned long long>(block * kColumnsPerCta) * K +
+                              static_cast<unsigned long long>(split * kSliceK));
+      const u32 w_shared = pooler::shared_address(smem + kWOffset);
+      for (int r = lane; r < kColumnsPerCta; r += 32) {
+        pooler::cp_async_bulk_to_shared(w_shared + r * kWPitch, w_cta + static_cast<unsigned long long>(r) * K,
+                                        kWRowBytes, w_barrier, policy);
+      }
+    }
+  } else if constexpr (STAGES == 0) {
 #pragma unroll
     for (int u = 0; u < K_UNROLL; ++u) {
 #pragma unroll
@@ -260,7 +299,11 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // (N = 512, K = 8192: 3.9 -> 3.2-3.4 us per launch on an H200). Where loads
   // continue, it waits for the main loop: an earlier start, even only once
   // the last load was issued, competed with them (10-30% slower at N >= 1024).
-  constexpr bool kAllOfWInPrologue = STAGES == 0 ? kIterations == 1 : STAGES == kChunks;
+  // With W_ON_CHIP every CTA's loads are issued here, as with one round of
+  // registers: the next launch starts at once, and its CTAs issue their own
+  // copies where this one's leave room on the SM (two CTAs of a share of at
+  // most ~110 KiB), else as this launch's CTAs exit.
+  constexpr bool kAllOfWInPrologue = W_ON_CHIP || (STAGES == 0 ? kIterations == 1 : STAGES == kChunks);
   trace.mark(1);  // the prologue's loads are issued
   if constexpr (kAllOfWInPrologue) pdl_launch_dependents();
   // Cluster phase 1: every CTA of the cluster has started (its shared memory
@@ -323,6 +366,33 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // spilled).
   const u16* w_next = w_lane + 32 * K_UNROLL;  // the first step not loaded yet
   const unsigned char* x_step = x_lane;
+  if constexpr (W_ON_CHIP) {
+    // Lane's fragment of tile t, half h (rows +8), step j: 16 bytes at
+    // w_step + (16t + 8h) * kWPitch, w_step advancing 64 bytes a step. The
+    // steps, tiles and MMAs in the register path's order: the same bits.
+    u32 w_step = pooler::shared_address(smem + kWOffset) + static_cast<u32>((warp_column + g) * kWPitch) +
+                 static_cast<u32>(2 * warp_k0 + 16 * q);
+    // Every bulk copy of this CTA has landed (the mbarrier counted all their
+    // bytes): its share of w is readable.
+    pooler::mbarrier_wait_phase_0(w_barrier);
+    trace.mark(4);  // the CTA's w is on chip
+#pragma unroll 1
+    for (int iteration = 0; iteration < kIterations; ++iteration) {
+#pragma unroll
+      for (int u = 0; u < K_UNROLL; ++u) {
+        U32x4 xf[kBatchTiles];
+        load_x_fragments(xf, x_step + 64 * u, g);
+#pragma unroll
+        for (int t = 0; t < TILES; ++t) {
+          const U32x4 lo = pooler::ld_shared_v4(w_step + (16 * t) * kWPitch + 64 * u);
+          const U32x4 hi = pooler::ld_shared_v4(w_step + (16 * t + 8) * kWPitch + 64 * u);
+          mma_tile(acc[t], lo, hi, xf);
+        }
+      }
+      w_step += 64 * K_UNROLL;
+      x_step += 64 * K_UNROLL;
+    }
+  }
   if constexpr (STAGES >= 1) {
     // Lane's fragment of tile t, half h (rows +8), step u within a stage.
     const u32 lane_offset = static_cast<u32>(g * kRowPitch + 16 * q);
@@ -353,7 +423,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     }
   }
 #pragma unroll 1
-  for (int iteration = 0; iteration < (STAGES == 0 ? kIterations : 0); ++iteration) {
+  for (int iteration = 0; iteration < (STAGES == 0 && !W_ON_CHIP ? kIterations : 0); ++iteration) {
 #pragma unroll
     for (int u = 0; u < K_UNROLL; ++u) {
       U32x4 xf[kBatchTiles];

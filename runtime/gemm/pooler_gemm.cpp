@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 
 #include "pooler/error.hpp"
 
@@ -34,6 +35,7 @@ struct Derived {
   int batch_tiles, slice_k, partials, owned, owned_pitch, x_pitch;
   int chunks;       // chunks of 32 * k_unroll K values each warp streams
   int stage_bytes;  // one stage of a warp's ring: 16 * tiles rows of 32 * k_unroll K values
+  int w_pitch;      // w_on_chip: bytes from one w row of the CTA's share to the next
 };
 
 Derived derive(int rows, int k, const PoolerGemmShape& s, bool publish) {
@@ -47,13 +49,16 @@ Derived derive(int rows, int k, const PoolerGemmShape& s, bool publish) {
   const int chunk_bytes = 64 * s.k_unroll;
   d.chunks = s.warps_k > 0 && s.k_unroll > 0 ? d.slice_k / s.warps_k / (32 * s.k_unroll) : 0;
   d.stage_bytes = 16 * s.tiles() * chunk_bytes;
+  // As the template's kWPitch: 64 (mod 128) bytes, conflict-free fragment loads.
+  d.w_pitch = (2 * d.slice_k) % 128 == 0 ? 2 * d.slice_k + 64 : 2 * d.slice_k;
   return d;
 }
 
 // Whether the prologue issues every load of w a CTA makes, as the template's
-// kAllOfWInPrologue: one unrolled round of registers, or a ring that holds the
-// warp's whole K range.
+// kAllOfWInPrologue: w on chip, one unrolled round of registers, or a ring that
+// holds the warp's whole K range.
 bool all_of_w_in_prologue(int rows, int k, const PoolerGemmShape& s) {
+  if (s.w_on_chip) return true;
   const int chunks = derive(rows, k, s, false).chunks;
   return s.stages == 0 ? chunks == 1 : s.stages == chunks;
 }
@@ -64,13 +69,31 @@ long long shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s, bool
   const long long reduce_offset = (x_bytes + 15) / 16 * 16;
   const long long reduce_bytes = static_cast<long long>(d.partials) * 8 * d.batch_tiles * d.owned_pitch * 4;
   long long bytes = reduce_offset + reduce_bytes;
-  if (s.stages > 0) {
+  if (s.w_on_chip) {
+    // The CTA's share of w: outputs_per_block rows, 128-byte aligned.
+    const long long w_offset = (reduce_offset + reduce_bytes + 127) / 128 * 128;
+    bytes = w_offset + static_cast<long long>(s.outputs_per_block) * d.w_pitch;
+  } else if (s.stages > 0) {
     // The ring: stages per warp, for every warp.
     const long long ring_offset = (reduce_offset + reduce_bytes + 15) / 16 * 16;
     bytes = ring_offset + static_cast<long long>(s.stages) * s.warps() * d.stage_bytes;
   }
-  // async_reduce: one mbarrier, 16-byte aligned.
-  return s.async_reduce ? (bytes + 15) / 16 * 16 + 16 : bytes;
+  // async_reduce, w_on_chip: their mbarriers, in one 16-byte aligned block.
+  return s.async_reduce || s.w_on_chip ? (bytes + 15) / 16 * 16 + 16 : bytes;
+}
+
+// Two CTAs share an SM's 228 KiB of shared memory (1 KiB of it reserved per
+// CTA) when each needs at most this much.
+constexpr long long kTwoCtasSharedBytes = 113 * 1024;
+
+// "on", "off" or "" (the rule) from the environment variable `name`.
+std::string override_mode(const char* name) {
+  const char* env = std::getenv(name);
+  const std::string mode = env ? env : "";
+  if (!mode.empty() && mode != "on" && mode != "off") {
+    throw InvalidArgument(fmt::format("{} = \"{}\"; expected on, off or unset (the rule)", name, mode));
+  }
+  return mode;
 }
 
 // The ring for a register shape, in place, where it pays
@@ -92,11 +115,7 @@ void choose_ring(int n, int rows, int k, PoolerGemmShape& s) {
   // Two CTAs per SM would fit up to 113 KiB each, but 3-stage rings near that
   // size are slower than 2-stage ones (docs/decisions/0003).
   constexpr long long kRingCtaBytes = 100 * 1024;
-  const char* env = std::getenv("POOLER_GEMM_RING");
-  const std::string mode = env ? env : "";
-  if (!mode.empty() && mode != "on" && mode != "off") {
-    throw InvalidArgument(fmt::format("POOLER_GEMM_RING = \"{}\"; expected on, off or unset (the rule)", mode));
-  }
+  const std::string mode = override_mode("POOLER_GEMM_RING");
   if (mode == "off" || (mode.empty() && (n < 2048 || rows > 8))) return;
   const int warp_steps = k / s.split_k / s.warps_k / 32;
   for (int unroll : {8, 4}) {
@@ -116,9 +135,59 @@ void choose_ring(int n, int rows, int k, PoolerGemmShape& s) {
   }
 }
 
+// A register shape with the CTA's whole share of w in shared memory, or
+// nullopt where it does not fit. With two_per_sm, the CTA's columns are halved
+// (its warps moving from columns to K, so the sums change order: other bits
+// than the register shape's) until two CTAs fit an SM.
+std::optional<PoolerGemmShape> on_chip_shape(int n, int k, int rows, PoolerGemmShape s, bool two_per_sm) {
+  s.stages = 0;
+  s.w_on_chip = true;
+  s.async_reduce = false;
+  while (two_per_sm && shared_bytes_unchecked(rows, k, s) > kTwoCtasSharedBytes) {
+    if (s.warps_n() % 2 != 0 || s.outputs_per_block % (2 * s.split_k) != 0) return std::nullopt;
+    s.outputs_per_block /= 2;
+    s.warps_k *= 2;
+    while (s.k_unroll > 1 && k % (32 * s.split_k * s.warps_k * s.k_unroll) != 0) s.k_unroll /= 2;
+  }
+  const long long bytes = shared_bytes_unchecked(rows, k, s);
+  if (bytes > kMaxGemmSharedBytes || n % s.outputs_per_block != 0) return std::nullopt;
+  // Without a register file full of w, ptxas fits the loop into two CTAs'
+  // registers; two CTAs share an SM where the shared memory allows.
+  s.ctas_per_sm = bytes <= kTwoCtasSharedBytes && s.block_size <= 256 ? 2 : 1;
+  try {
+    validate_gemm_shape(rows, n, k, s);
+  } catch (const InvalidArgument&) {
+    return std::nullopt;
+  }
+  return s;
+}
+
+// The on-chip weight path for a register shape, in place, where it fits and
+// the rule picks it: N <= 1024 with a grid of at least 128 CTAs (the TP4 and
+// TP8 widths at K = 8192), where a CTA's share of w is 64-128 KiB and the
+// period of a launch is set by what follows the PDL wait; there the whole
+// share is on chip before x arrives. POOLER_GEMM_ON_CHIP=off keeps the
+// streaming paths (registers or a ring) everywhere, =on takes the on-chip path
+// wherever it fits (both for comparisons; the same bits as the registers).
+// Returns whether it was taken. An explicit POOLER_GEMM_RING=on leaves the
+// ring to choose_ring unless POOLER_GEMM_ON_CHIP=on.
+bool choose_on_chip(int n, int rows, int k, PoolerGemmShape& s) {
+  const std::string mode = override_mode("POOLER_GEMM_ON_CHIP");
+  if (mode == "off") return false;
+  if (mode.empty()) {
+    const long long grid = static_cast<long long>(n / s.outputs_per_block) * s.split_k;
+    if (n > 1024 || grid < 128 || override_mode("POOLER_GEMM_RING") == "on") return false;
+  }
+  const std::optional<PoolerGemmShape> on_chip = on_chip_shape(n, k, rows, s, false);
+  if (!on_chip) return false;
+  s = *on_chip;
+  return true;
+}
+
 // The reduction for a chosen shape, in place: async where it pays
 // (docs/decisions/0006-async-reduction.md). That is where the whole of w is
-// loaded in the prologue (one unrolled round, registers: N = 512 at K = 8192),
+// loaded in the prologue (one unrolled round, registers: N = 512 at K = 8192;
+// or w on chip),
 // so the period is the chain after the PDL wait and the cluster barrier a
 // large part of it, and at most 4 rows (no gain at 8, a loss at 16).
 // Elsewhere the barrier's cost hides behind the stream.
@@ -132,11 +201,14 @@ std::string describe(const PoolerGemmShape& s) {
   // Safe on shapes that do not validate: it is what their error messages print.
   const int warps_n = s.warps_k > 0 ? s.warps() / s.warps_k : 0;
   const int tiles = warps_n > 0 ? s.outputs_per_block / (16 * warps_n) : 0;
+  const std::string path = s.w_on_chip     ? (s.stages == 0 ? std::string("w on chip")
+                                                            : fmt::format("w on chip and ring of {} stages", s.stages))
+                           : s.stages == 0 ? std::string("registers")
+                                           : fmt::format("ring of {} stages", s.stages);
   return fmt::format(
       "block {}, {} columns/CTA ({} tiles x {} warps), split-K {} CTAs x {} warps, unroll {}, {}, "
       "{} CTAs/SM{}",
-      s.block_size, s.outputs_per_block, tiles, warps_n, s.split_k, s.warps_k, s.k_unroll,
-      s.stages == 0 ? std::string("registers") : fmt::format("ring of {} stages", s.stages), s.ctas_per_sm,
+      s.block_size, s.outputs_per_block, tiles, warps_n, s.split_k, s.warps_k, s.k_unroll, path, s.ctas_per_sm,
       s.async_reduce ? ", async reduce" : "");
 }
 
@@ -198,6 +270,10 @@ void validate_shape(int rows, int n, int k, const PoolerGemmShape& s, const Gemm
   if (s.async_reduce && s.split_k == 1) {
     fail("async_reduce needs split_k > 1: without a cluster there are no partials to send");
   }
+  if (s.w_on_chip && s.stages != 0) {
+    fail(fmt::format("w_on_chip needs stages = 0, not {}: w is either on chip whole or streamed through a ring",
+                     s.stages));
+  }
   const int chunks = derive(rows, k, s, publish != nullptr).chunks;
   if (s.stages > chunks) {
     fail(fmt::format("stages = {} is more than the {} chunks of 32 * k_unroll K values each warp streams", s.stages,
@@ -228,11 +304,18 @@ void validate_publish(int rows, int n, int k, const PoolerGemmShape& s, const Ge
 int validated_shared_bytes(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish* publish) {
   const long long bytes = shared_bytes_unchecked(rows, k, s, publish != nullptr);
   if (bytes > kMaxGemmSharedBytes) {
-    refuse(rows, n, k, s, publish,
-           fmt::format("needs {} bytes of shared memory per CTA (x slice of {} rows x {} K values, the reduction{}), "
-                       "more than the {} a CTA may have: raise split_k{}",
-                       bytes, rows, k / s.split_k, s.stages > 0 ? ", the ring" : "", kMaxGemmSharedBytes,
-                       s.stages > 0 ? " or lower stages or k_unroll" : ""));
+    refuse(
+        rows, n, k, s, publish,
+        fmt::format("needs {} bytes of shared memory per CTA (x slice of {} rows x {} K values, the reduction{}), "
+                    "more than the {} a CTA may have: raise split_k{}",
+                    bytes, rows, k / s.split_k,
+                    s.w_on_chip ? fmt::format(", w on chip: {} rows x {} K values", s.outputs_per_block, k / s.split_k)
+                    : s.stages > 0 ? std::string(", the ring")
+                                   : std::string(),
+                    kMaxGemmSharedBytes,
+                    s.w_on_chip    ? " or lower outputs_per_block, or set w_on_chip = false"
+                    : s.stages > 0 ? " or lower stages or k_unroll"
+                                   : ""));
   }
   return static_cast<int>(bytes);
 }
@@ -356,9 +439,23 @@ PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows) {
 
 GemmPlan choose_gemm_plan(int n, int k, int rows) {
   PoolerGemmShape s = register_shape(n, k, rows);
-  choose_ring(n, rows, k, s);
+  if (!choose_on_chip(n, rows, k, s)) choose_ring(n, rows, k, s);
   choose_reduction(rows, k, s);
   return GemmPlan(rows, n, k, s);
+}
+
+PoolerGemmShape choose_streaming_gemm_shape(int n, int k, int rows) {
+  PoolerGemmShape s = register_shape(n, k, rows);
+  choose_ring(n, rows, k, s);
+  choose_reduction(rows, k, s);
+  validate_gemm_shape(rows, n, k, s);
+  return s;
+}
+
+std::optional<PoolerGemmShape> on_chip_gemm_shape(int n, int k, int rows, bool two_per_sm) {
+  std::optional<PoolerGemmShape> s = on_chip_shape(n, k, rows, register_shape(n, k, rows), two_per_sm);
+  if (s) choose_reduction(rows, k, *s);
+  return s;
 }
 
 PoolerGemmShape choose_gemm_shape(int n, int k, int rows) { return choose_gemm_plan(n, k, rows).shape(); }
@@ -405,6 +502,7 @@ Form GemmPlan::form(bool trace) const {
       .set("SPLIT_K", shape.split_k)
       .set("K_UNROLL", shape.k_unroll)
       .set("STAGES", shape.stages)
+      .set("W_ON_CHIP", shape.w_on_chip ? 1 : 0)
       .set("ASYNC_REDUCE", shape.async_reduce ? 1 : 0)
       .set("MIN_CTAS", shape.ctas_per_sm)
       .set("SMEM_BYTES", bytes)

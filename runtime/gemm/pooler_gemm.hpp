@@ -17,6 +17,7 @@
 
 #include <cuda.h>
 
+#include <optional>
 #include <string>
 
 #include "pooler/gemm_shape.hpp"
@@ -40,12 +41,30 @@ inline constexpr int kMaxGemmRows = 32;
 // SM (128 registers) for rows <= 8 or a single unrolled round, else one. Then,
 // for N >= 2048 and rows <= 8 (docs/decisions/0003), a shared-memory
 // ring of at least 2 stages within 100 KiB per CTA; POOLER_GEMM_RING=off|on
-// overrides that choice (for comparisons). Last, async_reduce where the
-// prologue loads all of w (registers, one unrolled round: N = 512 at K = 8192)
-// and rows <= 4 (docs/decisions/0006). Throws InvalidArgument when no shape
-// fits (n not a multiple of 16, k not a multiple of 32, rows outside [1, 32],
-// too much shared memory) or POOLER_GEMM_RING is neither unset, on nor off.
+// overrides that choice (for comparisons). At N <= 1024 with a grid of at
+// least 128 CTAs (TP4, TP8 at K = 8192) instead the CTA's whole share of w in
+// shared memory, loaded before the PDL wait (w_on_chip, where it fits);
+// POOLER_GEMM_ON_CHIP=off|on overrides that (for comparisons; the same bits).
+// Last, async_reduce where the prologue loads all of w (w on chip, or
+// registers in one unrolled round: N = 512 at K = 8192) and rows <= 4
+// (docs/decisions/0006). Throws InvalidArgument when no shape fits (n not a
+// multiple of 16, k not a multiple of 32, rows outside [1, 32], too much
+// shared memory) or POOLER_GEMM_RING or POOLER_GEMM_ON_CHIP is neither unset,
+// on nor off.
 PoolerGemmShape choose_gemm_shape(int n, int k, int rows);
+
+// The rule without the on-chip path: w streamed through registers or a ring,
+// what choose_gemm_shape gives with POOLER_GEMM_ON_CHIP=off (for comparisons).
+PoolerGemmShape choose_streaming_gemm_shape(int n, int k, int rows);
+
+// The register shape with the CTA's whole share of w on chip (w_on_chip), and
+// the rule's reduction, or nullopt where that does not fit in shared memory.
+// Without two_per_sm the CTAs are the register shape's (same columns, split
+// and warps, so the same bits); with it, each CTA's columns are halved (warps
+// move from columns to K: other sums, other bits) until two CTAs share an SM,
+// so that the next launch's CTAs can start beside this one's (N = 1024 at
+// K = 8192: 256 CTAs of 64 KiB instead of 128 of 128 KiB). Both validated.
+std::optional<PoolerGemmShape> on_chip_gemm_shape(int n, int k, int rows, bool two_per_sm = false);
 
 // The rule without the ring (stages = 0): the shape choose_gemm_shape starts
 // from, and its answer wherever it gives no ring.
@@ -55,10 +74,9 @@ PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows);
 void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish = nullptr);
 
 // Dynamic shared memory of one CTA: the staged x slice and the reduction
-// buffer. The template derives the same number and refuses to compile if the
-// two disagree (SMEM_BYTES). The fused publish may need more: it hands out
-// columns to the cluster's CTAs in multiples of 8, which at 32 columns per
-// cluster of 8 (N = 512) widens the reduction buffer.
+// buffer (and the ring, or the CTA's share of w, and the mbarriers). The template derives the same number and refuses
+// to compile if the two disagree (SMEM_BYTES). The fused publish may need more: it hands out columns to the cluster's
+// CTAs in multiples of 8, which at 32 columns per cluster of 8 (N = 512) widens the reduction buffer.
 int pooler_gemm_shared_bytes(int rows, int n, int k, const PoolerGemmShape& shape,
                              const GemmPublish* publish = nullptr);
 
