@@ -333,6 +333,86 @@ TEST_F(GemmGpu, RingsGiveTheRegisterPathsBits) {
   }
 }
 
+TEST_F(GemmGpu, OnChipWeightsGiveTheRegisterPathsBits) {
+  // w on chip (one bulk copy per row before the PDL wait, MMAs from shared
+  // memory) changes where w waits, not the order of the sums: the register
+  // shape's bits, with either reduction. The two-CTAs-per-SM on-chip shape
+  // sums in another order (more warps over K): checked against the reference
+  // only. Every form also against the reference, PDL on and off, run twice.
+  for (int n : {512, 1024}) {
+    for (int rows : {1, 2, 4, 8, 16}) {
+      SCOPED_TRACE(::testing::Message() << "N " << n << ", rows " << rows);
+      const PoolerGemmShape registers = choose_register_gemm_shape(n, kHidden, rows);
+      const std::optional<PoolerGemmShape> on_chip = on_chip_gemm_shape(n, kHidden, rows);
+      const std::optional<PoolerGemmShape> two_per_sm = on_chip_gemm_shape(n, kHidden, rows, true);
+      ASSERT_TRUE(on_chip.has_value());
+      ASSERT_TRUE(two_per_sm.has_value());
+      PoolerGemmShape other_reduction = *on_chip;
+      other_reduction.async_reduce = !on_chip->async_reduce;
+      std::vector<PoolerGemmShape> shapes = {registers, *on_chip, other_reduction};
+      if (!(*two_per_sm == *on_chip)) shapes.push_back(*two_per_sm);
+      const std::vector<PoolerGemm> gemms = load(std::vector<int>(shapes.size(), rows), n, kHidden, shapes);
+      check_all(gemms, n, kHidden);
+      const Operands o = random_operands(n, kHidden);
+      const Bits expected = run(gemms[0], o.x_device, o.w_device, o.c_device, true);
+      for (std::size_t i = 1; i < 3; ++i) {
+        for (bool pdl : {false, true}) {
+          EXPECT_TRUE(run(gemms[i], o.x_device, o.w_device, o.c_device, pdl) == expected)
+              << name(gemms[i]) << " differs from " << name(gemms[0]) << (pdl ? " (PDL on)" : " (PDL off)");
+        }
+      }
+    }
+  }
+}
+
+TEST_F(GemmGpu, OnChipChainReadsEachLaunchsOwnWeightsAndInput) {
+  // Launches chained with PDL whose next launch starts at once and copies its
+  // own w while the previous one still runs: each launch's output must be the
+  // one of its own w and of the x the previous launch wrote. c_i = c_{i-1} @
+  // w_i.T at N = K = 1024 (on chip), against the same chain launched without
+  // PDL and against the reference for every link.
+  constexpr int rows = 8, n = 1024, links = 6;
+  const std::optional<PoolerGemmShape> shape = on_chip_gemm_shape(n, n, rows);
+  ASSERT_TRUE(shape.has_value());
+  std::vector<PoolerGemm> gemm = load({rows}, n, n, {*shape});
+  const Bits x = random_bf16(static_cast<std::size_t>(rows) * n, 1.0f, random_);
+  DeviceBuffer x_device(x.size() * 2);
+  x_device.upload(x.data(), x.size() * 2);
+  std::vector<Bits> w;
+  std::vector<DeviceBuffer> w_device, c_device;
+  for (int i = 0; i < links; ++i) {
+    w.push_back(random_bf16(static_cast<std::size_t>(n) * n, 0.03f, random_));
+    w_device.emplace_back(w.back().size() * 2);
+    w_device.back().upload(w.back().data(), w.back().size() * 2);
+    c_device.emplace_back(static_cast<std::size_t>(rows) * n * 2);
+  }
+  auto chain = [&](bool pdl) {
+    for (DeviceBuffer& c : c_device) c.fill_bytes(0xFF);
+    for (int i = 0; i < links; ++i) {
+      const CUdeviceptr input = i == 0 ? x_device.get() : c_device[static_cast<std::size_t>(i - 1)].get();
+      gemm[0].launch(stream_->get(), input, w_device[static_cast<std::size_t>(i)].get(),
+                     c_device[static_cast<std::size_t>(i)].get(), pdl);
+    }
+    stream_->synchronize();
+    std::vector<Bits> out;
+    for (const DeviceBuffer& c : c_device) {
+      out.emplace_back(static_cast<std::size_t>(rows) * n);
+      c.download(out.back().data(), out.back().size() * 2);
+    }
+    return out;
+  };
+  const std::vector<Bits> serial = chain(false);
+  check(serial[0], reference_gemm(x, w[0], rows, n, n), rows, "first link");
+  for (int i = 1; i < links; ++i) {
+    check(serial[static_cast<std::size_t>(i)],
+          reference_gemm(serial[static_cast<std::size_t>(i - 1)], w[static_cast<std::size_t>(i)], rows, n, n), rows,
+          "link " + std::to_string(i));
+  }
+  for (int round = 0; round < 3; ++round) {
+    EXPECT_TRUE(chain(true) == serial) << "round " << round << ": the PDL chain gave other bits";
+  }
+}
+
 TEST_F(GemmGpu, AsyncReduceGivesTheClusterBarriersBits) {
   // st.async into an mbarrier changes how the partials travel, not the order
   // they are summed in: the same bits as the cluster barrier, with registers

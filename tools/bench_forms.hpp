@@ -6,11 +6,13 @@
 // quantize. Header-only so that the CPU test compiles the same forms.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/jit/form.hpp"
 #include "runtime/pooler_forms.hpp"
 #include "runtime/gather/gather_kernels.hpp"
@@ -73,6 +75,26 @@ inline BenchForms bench_forms(int pooled, int tp, float eps, float gain_center) 
   out.forms.push_back(stock_quantize_form(pooled));
   for (const ReadConfig& config : read_configs()) out.forms.push_back(read_form(config));
   return out;
+}
+
+// A GEMM shape of one weight path for one (b, N), for comparisons side by side
+// (pooler-kernel-bench's GEMM table and --chain).
+struct WeightPath {
+  std::string label;
+  PoolerGemmShape shape;
+};
+
+// The paths compared for (b, N): "stream" (the rule without the on-chip path:
+// registers or a ring), and where w fits on chip "on-chip" (the register
+// shape's CTAs, the same bits) and "on-chip-2" (two CTAs per SM, where that
+// differs).
+inline std::vector<WeightPath> weight_paths(int n, int k, int rows) {
+  std::vector<WeightPath> paths = {{"stream", choose_streaming_gemm_shape(n, k, rows)}};
+  const std::optional<PoolerGemmShape> on_chip = on_chip_gemm_shape(n, k, rows);
+  if (on_chip) paths.push_back({"on-chip", *on_chip});
+  const std::optional<PoolerGemmShape> two = on_chip_gemm_shape(n, k, rows, true);
+  if (two && !(on_chip && *two == *on_chip)) paths.push_back({"on-chip-2", *two});
+  return paths;
 }
 
 }  // namespace pooler::bench

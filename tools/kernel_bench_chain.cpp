@@ -15,6 +15,10 @@
 //   gather       [publish kernel + consumer] - [publish kernel], per layer
 //   stock        cuBLAS GEMM, tp local 2D copies standing in for the all-gather, stock
 //                norm (+ quantize), per layer (cuBLAS kernels without PDL)
+//   w paths      a row per weight path of the GEMM (bench::weight_paths): "stream"
+//                (registers or a ring), and where w fits on chip "on-chip" and
+//                "on-chip-2" (two CTAs per SM); "*" marks the rule's (the stock path
+//                and the stock norm are timed once per (tp, b))
 // NVLink is absent: every publish stores into local HBM, so the fused figures lack the
 // NVLink latency of a real run, and the stock path lacks NCCL's.
 //
@@ -178,9 +182,10 @@ std::vector<Form> chain_forms(const ChainOptions& o) {
     const int n = kPooled / tp;
     const GemmPublish publish{tp, kCapacity};
     for (int b : o.batches) {
-      const PoolerGemmShape shape = choose_gemm_shape(n, kHidden, b);
-      forms.push_back(pooler_gemm_form(b, n, kHidden, shape));
-      forms.push_back(pooler_gemm_form(b, n, kHidden, shape, &publish));
+      for (const WeightPath& path : weight_paths(n, kHidden, b)) {
+        forms.push_back(pooler_gemm_form(b, n, kHidden, path.shape));
+        forms.push_back(pooler_gemm_form(b, n, kHidden, path.shape, &publish));
+      }
     }
     forms.push_back(publish_form(kPooled, tp, kCapacity));
     for (ConsumerVariant v : kVariants) {
@@ -194,6 +199,8 @@ std::vector<Form> chain_forms(const ChainOptions& o) {
 // Microseconds per layer; [v]: with the consumer of kVariants[v].
 struct ChainRow {
   int tp = 0, b = 0, n = 0;
+  std::string path;   // the GEMM's weight path (WeightPath::label)
+  bool rule = false;  // the rule's GEMM shape
   std::string shape;
   double floor = 0, fused[2] = {}, gemm = 0, publish = 0, publish_gather[2] = {}, stock = 0, stock_norm = 0;
   std::string check;
@@ -290,12 +297,15 @@ class ChainRig {
     POOLER_CU(cuStreamSynchronize(gpu.stream), "setting up the chain");
   }
 
-  ChainRow measure(int b) {
+  // stock: time the stock path (once per (tp, b): it does not depend on the path).
+  ChainRow measure(int b, const WeightPath& path, bool stock) {
     ChainRow row;
     row.tp = tp_;
     row.b = b;
     row.n = n_;
-    const PoolerGemmShape shape = choose_gemm_shape(n_, kHidden, b);
+    row.path = path.label;
+    row.rule = path.shape == choose_gemm_shape(n_, kHidden, b);
+    const PoolerGemmShape& shape = path.shape;
     row.shape = describe(shape);
     const GemmPublish publish{tp_, kCapacity};
     const PoolerGemm plain(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape), gpu_.arch).entry, gpu_.context, b,
@@ -330,7 +340,7 @@ class ChainRig {
     // The publishes alone left this stage's rows unconsumed: one whole call takes them.
     publisher_->launch(s, c_.get(), b, true);
     consume(1, b, 0);
-    if (o_.stock) {
+    if (o_.stock && stock) {
       auto stock_layer = [&](int layer) {
         stock_gemm(layer, b);
         gather_and_norm(layer, b);
@@ -453,9 +463,10 @@ class ChainRig {
 
 void print_row(const ChainRow& r) {
   const double best = std::min(r.fused[0], r.fused[1]);
-  std::printf("%3d %3d %5d %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s]\n", r.tp, r.b, r.n,
-              r.fused[0], r.fused[1], r.floor, best / r.floor, r.gemm, r.gather(0), r.gather(1), r.publish, r.stock,
-              r.stock_norm, r.check.c_str(), r.shape.c_str());
+  const std::string path = r.path + (r.rule ? "*" : "");
+  std::printf("%3d %3d %5d %-10s %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s]\n", r.tp, r.b,
+              r.n, path.c_str(), r.fused[0], r.fused[1], r.floor, best / r.floor, r.gemm, r.gather(0), r.gather(1),
+              r.publish, r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str());
   std::fflush(stdout);
 }
 
@@ -470,12 +481,13 @@ void write_json(const std::string& path, const ChainOptions& o, const DeviceInfo
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const ChainRow& r = rows[i];
     out << fmt::format(
-        "  {{\"tp\": {}, \"b\": {}, \"n\": {}, \"shape\": \"{}\", \"fused_us\": {:.3f}, "
+        "  {{\"tp\": {}, \"b\": {}, \"n\": {}, \"w_path\": \"{}\", \"rule\": {}, \"shape\": \"{}\", "
+        "\"fused_us\": {:.3f}, "
         "\"fused_1rt_us\": {:.3f}, \"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, \"gather_us\": {:.3f}, "
         "\"gather_1rt_us\": {:.3f}, \"publish_us\": {:.3f}, \"stock_us\": {:.3f}, "
         "\"stock_norm_us\": {:.3f}, \"check\": \"{}\"}}{}\n",
-        r.tp, r.b, r.n, r.shape, r.fused[0], r.fused[1], r.floor, r.gemm, r.gather(0), r.gather(1), r.publish, r.stock,
-        r.stock_norm, r.check, i + 1 < rows.size() ? "," : "");
+        r.tp, r.b, r.n, r.path, r.rule ? "true" : "false", r.shape, r.fused[0], r.fused[1], r.floor, r.gemm,
+        r.gather(0), r.gather(1), r.publish, r.stock, r.stock_norm, r.check, i + 1 < rows.size() ? "," : "");
   }
   out << " ]\n}\n";
 }
@@ -533,15 +545,25 @@ int chain_main(int argc, char** argv) {
         "\nper-layer chain in loopback (rank 0 of tp; P %d, H %d, %d layers per graph, first and last BF16; "
         "PDL on; us per layer, medians of %d replays)\n",
         kPooled, kHidden, o.layers, o.replays);
-    std::printf("%3s %3s %5s %8s %8s %8s %6s %8s %8s %8s %8s %8s %8s   %s\n", "tp", "b", "N", "fused", "fused1rt",
-                "floor", "x_flr", "gemm", "gather", "gath1rt", "publish", "stock", "norm", "check [GEMM shape]");
+    std::printf("%3s %3s %5s %-10s %8s %8s %8s %6s %8s %8s %8s %8s %8s %8s   %s\n", "tp", "b", "N", "w path", "fused",
+                "fused1rt", "floor", "x_flr", "gemm", "gather", "gath1rt", "publish", "stock", "norm",
+                "check [GEMM shape]");
     std::vector<ChainRow> rows;
     for (int tp : o.tps) {
       ChainRig rig(gpu, o, tp);
       rig.set_ceiling(ceiling);
       for (int b : o.batches) {
-        rows.push_back(rig.measure(b));
-        print_row(rows.back());
+        bool first = true;
+        for (const WeightPath& path : weight_paths(kPooled / tp, kHidden, b)) {
+          rows.push_back(rig.measure(b, path, first));
+          if (!first) {
+            // The stock path does not depend on the GEMM's weight path.
+            rows.back().stock = rows[rows.size() - 2].stock;
+            rows.back().stock_norm = rows[rows.size() - 2].stock_norm;
+          }
+          first = false;
+          print_row(rows.back());
+        }
       }
     }
     std::printf(
@@ -552,7 +574,9 @@ int chain_main(int argc, char** argv) {
         "  alone; stock: cuBLAS + tp local 2D copies + stock norm (+ quantize); norm: the stock norm alone.\n"
         "  Loopback: publishes store into local HBM, no NVLink latency and no NCCL in these figures. check: one\n"
         "  BF16 and one NVFP4 layer per consumer against the stock norm (+ quantize) of the plain GEMM's output,\n"
-        "  bit for bit. Total %.1f s.\n",
+        "  bit for bit. w path: the GEMM's weights streamed (stream: registers or a ring), or the CTA's whole\n"
+        "  share in shared memory before the PDL wait (on-chip; on-chip-2: two CTAs per SM); * the rule's.\n"
+        "  Total %.1f s.\n",
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     if (!o.json.empty()) {
       write_json(o.json, o, info, ceiling, rows);

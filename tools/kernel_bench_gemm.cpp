@@ -5,6 +5,12 @@
 // and the median per launch is reported, with PDL off and on (on: each launch's
 // weight prologue overlaps the previous one's tail, as in the engine). cuBLAS
 // (BF16 in and out, FP32 compute) runs the same shapes and the same rotation.
+//
+// Each (b, N) has a row per weight path, side by side in one run: "stream" (w
+// streamed through registers or a ring: choose_streaming_gemm_shape), and where
+// the CTA's share of w fits in shared memory "on-chip" (the same CTAs, the same
+// bits) and "on-chip-2" (half the columns per CTA so that two CTAs share an SM,
+// where that differs). "*" marks the path the rule (choose_gemm_shape) takes.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -31,6 +37,8 @@ namespace {
 
 using bench::read_form;
 using bench::ReadConfig;
+using bench::weight_paths;
+using bench::WeightPath;
 
 // Reading one weight copy per launch, chained with PDL like the GEMM: a grid
 // of 1 or 2 CTAs per SM (so that the next launch's CTAs fit beside them).
@@ -79,6 +87,8 @@ std::vector<PoolerGemmShape> sweep_shapes(int n, int k, int rows) {
 
 struct Row {
   int b = 0, n = 0, k = 0;
+  std::string path;   // the weight path (WeightPath::label)
+  bool rule = false;  // the rule's shape
   std::string shape;
   double us = 0, us_pdl = 0, cublas_us = 0;
   double read_us = 0;  // the best chained read of the same weight bytes per launch
@@ -115,9 +125,10 @@ class GemmSection final : public Section {
     std::vector<Form> forms;
     for (int n : o_.widths) {
       for (int b : o_.batches) {
-        const PoolerGemmShape shape = choose_gemm_shape(n, o_.k, b);
-        forms.push_back(pooler_gemm_form(b, n, o_.k, shape));
-        if (!o_.trace_dir.empty()) forms.push_back(pooler_gemm_form(b, n, o_.k, shape, nullptr, true));
+        for (const WeightPath& path : weight_paths(n, o_.k, b)) {
+          forms.push_back(pooler_gemm_form(b, n, o_.k, path.shape));
+          if (!o_.trace_dir.empty()) forms.push_back(pooler_gemm_form(b, n, o_.k, path.shape, nullptr, true));
+        }
       }
     }
     return forms;
@@ -129,20 +140,27 @@ class GemmSection final : public Section {
     const std::vector<std::uint16_t> x_host = random_bf16(static_cast<std::size_t>(max_rows) * o_.k, 1.0f);
     x_.emplace(x_host.size() * 2);
     x_->upload(x_host.data(), x_host.size() * 2);
-    std::printf("\n%4s %5s %10s %10s %9s %7s %7s %10s %8s %8s   %s\n", "b", "N", "pooler_us", "pdl_us", "GB/s_pdl",
-                "%ceil", "%read", "cublas_us", "x_cublas", "x_pdl", "shape");
+    std::printf("\n%4s %5s %-10s %10s %10s %9s %7s %7s %10s %8s %8s   %s\n", "b", "N", "w path", "pooler_us", "pdl_us",
+                "GB/s_pdl", "%ceil", "%read", "cublas_us", "x_cublas", "x_pdl", "shape");
     for (int n : o_.widths) {
       const Width width = prepare_width(setup, n);
       for (int b : o_.batches) {
-        rows_.push_back(measure_row(setup, width, b));
-        print_row(rows_.back(), setup.ceiling.gbps);
+        const PoolerGemmShape rule = choose_gemm_shape(n, o_.k, b);
+        double cublas_us = -1;  // timed once per (b, N); every path compared with it
+        for (const WeightPath& path : weight_paths(n, o_.k, b)) {
+          rows_.push_back(measure_row(setup, width, b, path, path.shape == rule, cublas_us));
+          cublas_us = rows_.back().cublas_us;
+          print_row(rows_.back(), setup.ceiling.gbps);
+        }
       }
     }
     cublas_.reset();
     std::printf(
         "\npooler_us: PDL off; pdl_us: PDL on; GB/s and %%ceil: weight bytes / pdl_us against the %.1f GB/s "
         "ceiling; %%read: the chained read of the same bytes per launch (above) / pdl_us; x_cublas = "
-        "cublas_us / pooler_us, x_pdl = cublas_us / pdl_us. Total %.1f s.\n",
+        "cublas_us / pooler_us, x_pdl = cublas_us / pdl_us. w path: stream (registers or a ring), on-chip (the "
+        "CTA's whole share of w in shared memory before the PDL wait, same bits), on-chip-2 (the same with two "
+        "CTAs per SM); * the rule's. Total %.1f s.\n",
         setup.ceiling.gbps, setup.elapsed());
     return true;
   }
@@ -157,8 +175,8 @@ class GemmSection final : public Section {
   }
 
   Width prepare_width(const Setup& setup, int n);
-  Row measure_row(const Setup& setup, const Width& width, int b);
-  void trace(const Setup& setup, const Width& width, int b, const PoolerGemmShape& shape);
+  Row measure_row(const Setup& setup, const Width& width, int b, const WeightPath& path, bool rule, double cublas_us);
+  void trace(const Setup& setup, const Width& width, int b, const WeightPath& path);
   long long compare_with_cublas(const Setup& setup, const Width& width, int b, const PoolerGemm& gemm);
   void sweep(const Setup& setup, const Width& width, const PoolerGemm& gemm, Row& row);
   void print_row(const Row& row, double ceiling) const;
@@ -213,16 +231,20 @@ Width GemmSection::prepare_width(const Setup& setup, int n) {
   return w;
 }
 
-Row GemmSection::measure_row(const Setup& setup, const Width& width, int b) {
+// cublas_us < 0: time cuBLAS here; else its time for this (b, N) already.
+Row GemmSection::measure_row(const Setup& setup, const Width& width, int b, const WeightPath& path, bool rule,
+                             double cublas_us) {
   const Stream& stream = setup.stream;
   const int n = width.n;
   Row row;
   row.b = b;
   row.n = n;
   row.k = o_.k;
+  row.path = path.label;
+  row.rule = rule;
   row.weight_bytes = width.weight_bytes;
   row.read_us = width.read_us;
-  const PoolerGemmShape shape = choose_gemm_shape(n, o_.k, b);
+  const PoolerGemmShape& shape = path.shape;
   row.shape = describe(shape);
   const Lookup lookup = setup.cache.get(pooler_gemm_form(b, n, o_.k, shape), setup.arch);
   const PoolerGemm gemm(*lookup.entry, setup.context, b, n, o_.k, shape);
@@ -231,31 +253,35 @@ Row GemmSection::measure_row(const Setup& setup, const Width& width, int b) {
                       [&](int i) { gemm.launch(stream.get(), x, width.weight(i), c, false); });
   row.us_pdl = time_graph(stream, width.launches, o_.replays,
                           [&](int i) { gemm.launch(stream.get(), x, width.weight(i), c, true); });
-  if (!o_.trace_dir.empty()) trace(setup, width, b, shape);
+  if (!o_.trace_dir.empty()) trace(setup, width, b, path);
   if (cublas_) {
-    auto enqueue = [&](int i) { cublas_->gemm(x, width.weight(i), width.c_cublas->get(), b, n, o_.k); };
-    enqueue(0);  // heuristics and kernel loading, outside the capture
-    stream.synchronize();
-    row.cublas_us = time_graph(stream, width.launches, o_.replays, enqueue);
+    if (cublas_us < 0) {
+      auto enqueue = [&](int i) { cublas_->gemm(x, width.weight(i), width.c_cublas->get(), b, n, o_.k); };
+      enqueue(0);  // heuristics and kernel loading, outside the capture
+      stream.synchronize();
+      cublas_us = time_graph(stream, width.launches, o_.replays, enqueue);
+    }
+    row.cublas_us = cublas_us;
     row.disagreements = compare_with_cublas(setup, width, b, gemm);
   }
-  if (o_.sweep) sweep(setup, width, gemm, row);
+  if (o_.sweep && rule) sweep(setup, width, gemm, row);
   return row;
 }
 
-void GemmSection::trace(const Setup& setup, const Width& width, int b, const PoolerGemmShape& shape) {
+void GemmSection::trace(const Setup& setup, const Width& width, int b, const WeightPath& path) {
   const Stream& stream = setup.stream;
   const int n = width.n;
+  const PoolerGemmShape& shape = path.shape;
   const Lookup traced_lookup = setup.cache.get(pooler_gemm_form(b, n, o_.k, shape, nullptr, true), setup.arch);
   const PoolerGemm traced(*traced_lookup.entry, setup.context, b, n, o_.k, shape, nullptr, true);
   const int chained = std::min(kGemmTraceLaunches, width.launches);
   const std::vector<GemmTraceRecord> records = bench::trace_chain(stream, traced.trace(), chained, [&](int i) {
     traced.launch(stream.get(), x_->get(), width.weight(i), width.c_pooler->get(), true);
   });
-  const std::string path = fmt::format("{}/trace_b{}_n{}.txt", o_.trace_dir, b, n);
-  bench::write_trace(path, records);
-  std::printf("      b %d N %d, %s; every CTA: %s\n", b, n, bench::summarize_trace(records, chained).c_str(),
-              path.c_str());
+  const std::string file = fmt::format("{}/trace_b{}_n{}_{}.txt", o_.trace_dir, b, n, path.label);
+  bench::write_trace(file, records);
+  std::printf("      b %d N %d %s, %s; every CTA: %s\n", b, n, path.label.c_str(),
+              bench::summarize_trace(records, chained).c_str(), file.c_str());
 }
 
 // The two agree (same weights, copy 0 for both) to a few BF16 ulps: the
@@ -314,14 +340,16 @@ void GemmSection::sweep(const Setup& setup, const Width& width, const PoolerGemm
 
 void GemmSection::print_row(const Row& row, double ceiling) const {
   const double gbps_pdl = row.weight_bytes / (row.us_pdl * 1e3);
-  std::printf("%4d %5d %10.2f %10.2f %9.1f %6.1f%% %6.1f%% %10.2f %8.2f %8.2f   %s%s\n", row.b, row.n, row.us,
-              row.us_pdl, gbps_pdl, 100.0 * gbps_pdl / ceiling, 100.0 * row.read_us / row.us_pdl, row.cublas_us,
-              row.cublas_us > 0 ? row.cublas_us / row.us : 0.0, row.cublas_us > 0 ? row.cublas_us / row.us_pdl : 0.0,
-              row.shape.c_str(),
+  const std::string path = row.path + (row.rule ? "*" : "");
+  std::printf("%4d %5d %-10s %10.2f %10.2f %9.1f %6.1f%% %6.1f%% %10.2f %8.2f %8.2f   %s%s\n", row.b, row.n,
+              path.c_str(), row.us, row.us_pdl, gbps_pdl, 100.0 * gbps_pdl / ceiling, 100.0 * row.read_us / row.us_pdl,
+              row.cublas_us, row.cublas_us > 0 ? row.cublas_us / row.us : 0.0,
+              row.cublas_us > 0 ? row.cublas_us / row.us_pdl : 0.0, row.shape.c_str(),
               row.disagreements > 0
                   ? fmt::format("  (WARNING: {} outputs differ from cuBLAS)", row.disagreements).c_str()
                   : "");
-  if (o_.sweep) std::printf("      best: %.2f us with %s\n", row.best_sweep_us, row.best_sweep_shape.c_str());
+  if (o_.sweep && row.rule)
+    std::printf("      best: %.2f us with %s\n", row.best_sweep_us, row.best_sweep_shape.c_str());
   std::fflush(stdout);
 }
 
@@ -332,15 +360,17 @@ void GemmSection::write_json(std::ostream& out, const Setup& setup) const {
     const Row& r = rows_[i];
     const double gbps = r.weight_bytes / (r.us * 1e3), gbps_pdl = r.weight_bytes / (r.us_pdl * 1e3);
     out << fmt::format(
-        "    {{\"b\": {}, \"n\": {}, \"k\": {}, \"shape\": \"{}\", \"weight_bytes\": {:.0f}, \"us\": {:.3f}, "
+        "    {{\"b\": {}, \"n\": {}, \"k\": {}, \"w_path\": \"{}\", \"rule\": {}, \"shape\": \"{}\", "
+        "\"weight_bytes\": {:.0f}, \"us\": {:.3f}, "
         "\"us_pdl\": {:.3f}, \"gbps\": {:.1f}, \"gbps_pdl\": {:.1f}, \"percent_of_ceiling\": {:.1f}, "
         "\"percent_of_ceiling_pdl\": {:.1f}, \"cublas_us\": {:.3f}, \"speedup_vs_cublas\": {:.3f}, "
         "\"speedup_pdl_vs_cublas\": {:.3f}, \"outputs_disagreeing_with_cublas\": {}, \"chained_read_us\": {:.3f}, "
         "\"pdl_percent_of_chained_read\": {:.1f}",
-        r.b, r.n, r.k, json_escape(r.shape), r.weight_bytes, r.us, r.us_pdl, gbps, gbps_pdl, 100 * gbps / ceiling,
-        100 * gbps_pdl / ceiling, r.cublas_us, r.cublas_us > 0 ? r.cublas_us / r.us : 0.0,
-        r.cublas_us > 0 ? r.cublas_us / r.us_pdl : 0.0, r.disagreements, r.read_us, 100 * r.read_us / r.us_pdl);
-    if (o_.sweep) {
+        r.b, r.n, r.k, r.path, r.rule ? "true" : "false", json_escape(r.shape), r.weight_bytes, r.us, r.us_pdl, gbps,
+        gbps_pdl, 100 * gbps / ceiling, 100 * gbps_pdl / ceiling, r.cublas_us,
+        r.cublas_us > 0 ? r.cublas_us / r.us : 0.0, r.cublas_us > 0 ? r.cublas_us / r.us_pdl : 0.0, r.disagreements,
+        r.read_us, 100 * r.read_us / r.us_pdl);
+    if (o_.sweep && r.rule) {
       out << fmt::format(", \"best_sweep_us\": {:.3f}, \"best_sweep_shape\": \"{}\"", r.best_sweep_us,
                          json_escape(r.best_sweep_shape));
     }

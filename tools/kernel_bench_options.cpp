@@ -34,9 +34,9 @@ options:
   --no-cublas       skip cuBLAS
   --sweep           also time alternative launch shapes per (b, N) and print the best (slower: compiles
                     and times about a dozen extra shapes per width)
-  --trace DIR       also record, per (b, N), a chain of 16 launches of the rule's shape compiled with
-                    per-CTA timestamps: print where a launch's time goes and write every CTA's marks to
-                    DIR/trace_b{b}_n{N}.txt
+  --trace DIR       also record, per (b, N) and weight path, a chain of 16 launches of its shape compiled
+                    with per-CTA timestamps: print where a launch's time goes and write every CTA's marks
+                    to DIR/trace_b{b}_n{N}_{path}.txt
   --consumer-tps LIST      consumer section: tensor-parallel sizes (1, 2, 4 or 8; default 2,8)
   --consumer-batches LIST  consumer section: batches b, 1 to 32 (default 1,8,16)
   --consumer-calls C       consumer section: whole calls captured per graph (default 200)
@@ -46,6 +46,10 @@ options:
   --chain           instead of all the above: the per-layer chain of Pooler::run in loopback at the
                     widths of tp 1, 2, 4, 8 (pooler-kernel-bench --chain --help lists its options)
   -h, --help        this text
+
+The GEMM table has a row per weight path of each (b, N): stream (registers or a ring), and where the
+CTA's share of w fits in shared memory on-chip (the same CTAs and bits) and on-chip-2 (two CTAs per
+SM); * marks the rule's.
 
 The kernel cache is POOLER_CACHE_DIR (or the default cache); a second run reuses
 the compiled forms.
