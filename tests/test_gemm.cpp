@@ -234,12 +234,24 @@ TEST(GemmPublishForm, RefusesBadMailboxes) {
 
 TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOnChipOrReduceAsyncWhereChosen) {
   for (int n : kWidths) {
-    const PoolerGemmShape first = choose_gemm_shape(n, kHidden, 1);
+    const PoolerGemmShape first = choose_gemm_shape(n, kHidden, kMaxGemmRows);
     for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
       SCOPED_TRACE(::testing::Message() << "N " << n << ", rows " << rows);
       const PoolerGemmShape shape = choose_gemm_shape(n, kHidden, rows);
       EXPECT_NO_THROW(validate_gemm_shape(rows, n, kHidden, shape));
-      // The batch changes how w waits on chip, not who sums what.
+      // w on chip with two CTAs per SM only where measured faster: N = 1024, b <= 2
+      // (docs/decisions/0014-weights-on-chip.md); 256 CTAs of 32 columns, other sums.
+      if (n == 1024 && rows <= 2) {
+        const std::optional<PoolerGemmShape> two = on_chip_gemm_shape(n, kHidden, rows, true);
+        ASSERT_TRUE(two.has_value());
+        EXPECT_EQ(shape, *two);
+        EXPECT_TRUE(shape.w_on_chip);
+        EXPECT_EQ(shape.ctas_per_sm, 2);
+        EXPECT_EQ(pooler_gemm_launch_shape(rows, n, kHidden, shape).grid_x, 256u);
+        EXPECT_LE(pooler_gemm_launch_shape(rows, n, kHidden, shape).shared_bytes, 113u * 1024u);
+        continue;
+      }
+      // Elsewhere the batch changes how w waits on chip, not who sums what.
       EXPECT_EQ(shape.block_size, first.block_size);
       EXPECT_EQ(shape.outputs_per_block, first.outputs_per_block);
       EXPECT_EQ(shape.split_k, first.split_k);
@@ -257,18 +269,13 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOnChipOrReduceAsyncWhereChosen)
       const PoolerGemmShape registers = choose_register_gemm_shape(n, kHidden, rows);
       EXPECT_EQ(registers.stages, 0);
       EXPECT_EQ(2 * registers.tiles() * registers.k_unroll, 16) << "loads of w in flight per lane";
-      // The whole share of w on chip at the TP4 and TP8 widths, for every
-      // batch (it fits: 64 or 128 KiB of w per CTA), never with a ring.
-      EXPECT_EQ(shape.w_on_chip, n <= 1024);
-      if (shape.w_on_chip) {
-        EXPECT_FALSE(ring);
-      }
-      if (rows <= 8 && !(shape.w_on_chip && n == 1024)) {
+      EXPECT_FALSE(shape.w_on_chip);
+      if (rows <= 8) {
         EXPECT_EQ(shape.ctas_per_sm, 2);
       }
       // The async reduction only where all of w is loaded in the prologue
-      // (w on chip, N <= 1024 at K = 8192) and with few rows.
-      EXPECT_EQ(shape.async_reduce, n <= 1024 && rows <= 4);
+      // (N = 512 at K = 8192) and with few rows.
+      EXPECT_EQ(shape.async_reduce, n == 512 && rows <= 4);
       if (!ring) {
         // The register shape's CTAs and sums: the same bits.
         PoolerGemmShape barrier = shape;
@@ -303,13 +310,13 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOnChipOrReduceAsyncWhereChosen)
   EXPECT_EQ(tp8.warps_k, 4);
   EXPECT_EQ(tp8.k_unroll, 8);
   EXPECT_EQ(tp8.stages, 0);
-  EXPECT_TRUE(tp8.w_on_chip);
+  EXPECT_FALSE(tp8.w_on_chip);
   EXPECT_EQ(tp8.ctas_per_sm, 2);
   EXPECT_FALSE(tp8.async_reduce);
   const PoolerGemmShape tp4 = choose_gemm_shape(1024, kHidden, 8);
   EXPECT_EQ(tp4.outputs_per_block, 64);
-  EXPECT_TRUE(tp4.w_on_chip);
-  EXPECT_EQ(tp4.ctas_per_sm, 1) << "128 KiB of w per CTA: one CTA per SM";
+  EXPECT_FALSE(tp4.w_on_chip);
+  EXPECT_TRUE(choose_gemm_shape(1024, kHidden, 1).w_on_chip);
   EXPECT_TRUE(choose_gemm_shape(512, kHidden, 1).async_reduce);
   const PoolerGemmShape tp2 = choose_gemm_shape(2048, kHidden, 8);
   EXPECT_EQ(tp2.outputs_per_block, 128);
@@ -357,7 +364,7 @@ TEST(GemmShapeRule, OnChipCanBeForcedOnOrOff) {
   unsetenv("POOLER_GEMM_ON_CHIP");
   // A ring forced on wins over the rule's on-chip choice (RingCanBeForcedOnOrOff).
   setenv("POOLER_GEMM_RING", "on", 1);
-  EXPECT_FALSE(choose_gemm_shape(512, kHidden, 8).w_on_chip);
+  EXPECT_FALSE(choose_gemm_shape(1024, kHidden, 1).w_on_chip);
   unsetenv("POOLER_GEMM_RING");
   setenv("POOLER_GEMM_ON_CHIP", "always", 1);
   testing::expect_refused([] { choose_gemm_shape(512, kHidden, 8); }, "POOLER_GEMM_ON_CHIP = \"always\"");
@@ -558,7 +565,7 @@ TEST(GemmForm, ConstantsDescribeTheShape) {
   EXPECT_EQ(async_bytes, (pooler_gemm_shared_bytes(2, 512, kHidden, async) + 15) / 16 * 16 + 16);
   // w on chip: its constant, and its share of w (32 rows of 1024 K values, each
   // padded by 64 bytes) and the mbarriers beyond the streaming form's memory.
-  const PoolerGemmShape on_chip = choose_gemm_shape(512, kHidden, 8);
+  const PoolerGemmShape on_chip = *on_chip_gemm_shape(512, kHidden, 8);
   ASSERT_TRUE(on_chip.w_on_chip);
   EXPECT_NE(pooler_gemm_form(8, 512, kHidden, on_chip).describe_constants().find("W_ON_CHIP=1"), std::string::npos);
   EXPECT_NE(constants.find("W_ON_CHIP=0"), std::string::npos) << constants;

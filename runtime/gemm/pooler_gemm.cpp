@@ -162,23 +162,20 @@ std::optional<PoolerGemmShape> on_chip_shape(int n, int k, int rows, PoolerGemmS
   return s;
 }
 
-// The on-chip weight path for a register shape, in place, where it fits and
-// the rule picks it: N <= 1024 with a grid of at least 128 CTAs (the TP4 and
-// TP8 widths at K = 8192), where a CTA's share of w is 64-128 KiB and the
-// period of a launch is set by what follows the PDL wait; there the whole
-// share is on chip before x arrives. POOLER_GEMM_ON_CHIP=off keeps the
-// streaming paths (registers or a ring) everywhere, =on takes the on-chip path
-// wherever it fits (both for comparisons; the same bits as the registers).
-// Returns whether it was taken. An explicit POOLER_GEMM_RING=on leaves the
-// ring to choose_ring unless POOLER_GEMM_ON_CHIP=on.
+// The on-chip weight path for a register shape, in place, where the rule picks
+// it: where it was measured faster (docs/decisions/0014-weights-on-chip.md),
+// N = 1024 with b <= 2, with two CTAs per SM (32 columns per CTA: other sums
+// than the register shape's), so that the next launch copies its w beside this
+// one. POOLER_GEMM_ON_CHIP=off keeps the streaming paths (registers or a ring)
+// everywhere, =on takes the on-chip path with the register shape's sums
+// wherever it fits (both for comparisons). Returns whether it was taken. An
+// explicit POOLER_GEMM_RING=on leaves the ring to choose_ring unless
+// POOLER_GEMM_ON_CHIP=on.
 bool choose_on_chip(int n, int rows, int k, PoolerGemmShape& s) {
   const std::string mode = override_mode("POOLER_GEMM_ON_CHIP");
   if (mode == "off") return false;
-  if (mode.empty()) {
-    const long long grid = static_cast<long long>(n / s.outputs_per_block) * s.split_k;
-    if (n > 1024 || grid < 128 || override_mode("POOLER_GEMM_RING") == "on") return false;
-  }
-  const std::optional<PoolerGemmShape> on_chip = on_chip_shape(n, k, rows, s, false);
+  if (mode.empty() && (n != 1024 || rows > 2 || override_mode("POOLER_GEMM_RING") == "on")) return false;
+  const std::optional<PoolerGemmShape> on_chip = on_chip_shape(n, k, rows, s, mode.empty());
   if (!on_chip) return false;
   s = *on_chip;
   return true;
