@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,6 +44,11 @@ struct CacheEntry {
   std::string log;            // NVRTC's log
   double compile_seconds = 0;
   std::vector<unsigned char> cubin;
+  // Not stored. Set by the kernel cache on an entry it read from disk: drops
+  // `stale` (this entry) from both caches and returns a fresh compile of it,
+  // warning once with `why`. LoadedForm calls it when the driver refuses the
+  // cubin, since a checksum proves the file whole, not that it loads.
+  std::function<std::shared_ptr<const CacheEntry>(const CacheEntry& stale, const std::string& why)> recompile;
 };
 
 // A file that is not a valid entry: the message says what is wrong.

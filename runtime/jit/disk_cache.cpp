@@ -300,6 +300,17 @@ std::optional<CacheEntry> DiskCache::load(const std::string& key, const EntryChe
   }
 }
 
+void DiskCache::remove(const std::string& key) const {
+  if (!writable_) {
+    return;
+  }
+  const std::string path = entry_path(key);
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+    const int error = errno;  // before log(), whose first call may change errno
+    log().warn("cannot remove kernel cache entry {}: {}", path, std::strerror(error));
+  }
+}
+
 void DiskCache::store(const CacheEntry& entry) const {
   if (!writable_) {
     return;

@@ -83,6 +83,9 @@ class DiskCache {
   std::optional<CacheEntry> read(const std::string& key) const;
   // Publishes an entry atomically; a failure is a warning, not an error.
   void store(const CacheEntry& entry) const;
+  // Removes the entry of `key` (a file the driver refused), when there is one
+  // and the folder is writable; a failure is a warning.
+  void remove(const std::string& key) const;
 
   // Keys of the entry files present (sorted; names that are not 64 hex
   // digits are ignored), for the cubin tool.

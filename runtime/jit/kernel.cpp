@@ -45,18 +45,56 @@ void Kernel::launch(CUstream stream, const LaunchShape& shape, void** arguments)
   }
 }
 
-LoadedForm::LoadedForm(const CacheEntry& entry, CUcontext context) : context_(context), form_(entry.form) {
-  ContextScope scope(context);
+namespace {
+
+// The codes with which the driver refuses the image itself (not ELF, not for
+// this GPU, PTX it cannot take, bad code in it), as opposed to the context,
+// memory or a stream capture: only these can be cured by compiling again.
+bool image_refused(CUresult status) {
+  switch (status) {
+    case CUDA_ERROR_INVALID_IMAGE:
+    case CUDA_ERROR_NO_BINARY_FOR_GPU:
+    case CUDA_ERROR_INVALID_PTX:
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+    case CUDA_ERROR_INVALID_SOURCE:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string describe(const CacheEntry& entry) {
+  return fmt::format("form {} for {} ({} bytes of cubin)", entry.form, entry.architecture, entry.cubin.size());
+}
+
+CUresult load_library(CUlibrary* library, const CacheEntry& entry) {
   const CUresult status =
-      driver().cuLibraryLoadData(&library_, entry.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+      driver().cuLibraryLoadData(library, entry.cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0);
   if (status == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED || status == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) {
     throw CudaError(fmt::format("cannot load form {} while a stream is being captured: construct and warm up "
                                 "pooler before CUDA-graph capture ({})",
                                 entry.form, error_name(status)),
                     status);
   }
-  check(status, "cuLibraryLoadData",
-        fmt::format("form {} for {} ({} bytes of cubin)", entry.form, entry.architecture, entry.cubin.size()));
+  return status;
+}
+
+}  // namespace
+
+LoadedForm::LoadedForm(const CacheEntry& entry, CUcontext context) : context_(context), form_(entry.form) {
+  ContextScope scope(context);
+  const CUresult status = load_library(&library_, entry);
+  if (status != CUDA_SUCCESS && image_refused(status) && entry.recompile) {
+    // A cached cubin the driver refuses is a corrupt entry: replaced once. A
+    // fresh compile carries no hook, so its refusal is final.
+    const std::shared_ptr<const CacheEntry> fresh =
+        entry.recompile(entry, fmt::format("the driver refused its cubin: cuLibraryLoadData: {}", error_name(status)));
+    check(load_library(&library_, *fresh), "cuLibraryLoadData",
+          describe(*fresh) + ", compiled again after the driver refused the cached cubin");
+    log().debug("loaded form {} ({} bytes), compiled again", fresh->form, fresh->cubin.size());
+    return;
+  }
+  check(status, "cuLibraryLoadData", describe(entry));
   log().debug("loaded form {} ({} bytes)", entry.form, entry.cubin.size());
 }
 

@@ -54,7 +54,8 @@ class Kernel {
 };
 
 // A cubin loaded with cuLibraryLoadData (context-independent), unloaded on
-// destruction. Kernels are resolved for the given context.
+// destruction. Kernels are resolved for the given context. A cached cubin the
+// driver refuses as an image is compiled again once (CacheEntry::recompile).
 class LoadedForm {
  public:
   LoadedForm(const CacheEntry& entry, CUcontext context);

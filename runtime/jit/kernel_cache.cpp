@@ -1,6 +1,7 @@
 #include "runtime/jit/kernel_cache.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <thread>
 
@@ -135,30 +136,39 @@ std::shared_ptr<const CacheEntry> KernelCache::load_or_compile(const Form& form,
     }
     check_cubin(entry);
   };
+  origin = Origin::disk;
   if (auto entry = disk_.load(key, check)) {
     ++disk_hits_;
-    origin = Origin::disk;
     log().debug("form {} ({}): disk cache hit {}", form.name(), architecture, key);
-    return std::make_shared<const CacheEntry>(std::move(*entry));
+    return from_disk(std::move(*entry), form);
   }
   std::optional<FileLock> lock;
+  lock_entry(key, lock);
+  // Another process may have published it while we waited for the lock.
+  if (auto entry = lock ? disk_.load(key, check) : std::nullopt) {
+    ++disk_hits_;
+    log().debug("form {} ({}): disk cache hit after waiting for its lock", form.name(), architecture);
+    return from_disk(std::move(*entry), form);
+  }
+  log().debug("form {} ({}): cache miss {}, compiling", form.name(), architecture, key);
+  origin = Origin::compiled;
+  return compile_entry(form, architecture, key, std::move(source), options);
+}
+
+void KernelCache::lock_entry(const std::string& key, std::optional<FileLock>& lock) {
   if (disk_.writable()) {
     lock.emplace(disk_.entry_path(key) + ".lock", disk_.lock_timeout());
     if (lock->timed_out()) {
       disk_.note_lock_timed_out();
     }
-    // Another process may have published it while we waited for the lock.
-    if (auto entry = disk_.load(key, check)) {
-      ++disk_hits_;
-      origin = Origin::disk;
-      log().debug("form {} ({}): disk cache hit after waiting for its lock", form.name(), architecture);
-      return std::make_shared<const CacheEntry>(std::move(*entry));
-    }
   }
-  log().debug("form {} ({}): cache miss {}, compiling", form.name(), architecture, key);
+}
+
+std::shared_ptr<const CacheEntry> KernelCache::compile_entry(const Form& form, const std::string& architecture,
+                                                             const std::string& key, std::string source,
+                                                             const std::vector<std::string>& options) {
   Compiled compiled = compile(form.name(), source, library_.headers(), options);
   ++compiles_;
-  origin = Origin::compiled;
   auto entry = std::make_shared<CacheEntry>();
   entry->key = key;
   entry->form = form.name();
@@ -166,7 +176,7 @@ std::shared_ptr<const CacheEntry> KernelCache::load_or_compile(const Form& form,
   entry->constants = form.describe_constants();
   entry->kernels = joined(form.kernels());
   entry->architecture = architecture;
-  entry->options = joined_options;
+  entry->options = joined(options);
   entry->nvrtc = nvrtc_identity();
   entry->source = std::move(source);
   entry->log = std::move(compiled.log);
@@ -175,6 +185,61 @@ std::shared_ptr<const CacheEntry> KernelCache::load_or_compile(const Form& form,
   log().debug("form {} ({}) compiled in {:.3f} s", form.name(), architecture, entry->compile_seconds);
   disk_.store(*entry);
   return entry;
+}
+
+std::shared_ptr<const CacheEntry> KernelCache::from_disk(CacheEntry entry, const Form& form) {
+  entry.recompile = [this, alive = std::weak_ptr<const bool>(alive_), form](const CacheEntry& stale,
+                                                                            const std::string& why) {
+    if (alive.expired()) {
+      throw Error(fmt::format("form {}: its cubin was refused and the kernel cache that read it is gone", stale.form));
+    }
+    return recompile(stale, form, why);
+  };
+  return std::make_shared<const CacheEntry>(std::move(entry));
+}
+
+std::shared_ptr<const CacheEntry> KernelCache::recompile(const CacheEntry& stale, const Form& form,
+                                                         const std::string& why) {
+  std::promise<std::shared_ptr<const CacheEntry>> promise;
+  Slot pending;
+  {
+    std::lock_guard guard(mutex_);
+    auto found = memory_.find(stale.key);
+    // The slot still holds the refused entry (or failed): this thread takes it
+    // over. Anything else is another thread's replacement, shared.
+    bool take_over = found == memory_.end();
+    if (!take_over && found->second.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      try {
+        take_over = found->second.get().get() == &stale;
+      } catch (...) {
+        take_over = true;
+      }
+    }
+    if (take_over) {
+      memory_.insert_or_assign(stale.key, promise.get_future().share());
+    } else {
+      pending = found->second;
+    }
+  }
+  if (pending.valid()) {
+    return pending.get();
+  }
+  log().warn("kernel cache entry {} of form {} ({}) is corrupt ({}): removing it and compiling it again",
+             disk_.entry_path(stale.key), stale.form, stale.architecture, why);
+  try {
+    std::optional<FileLock> lock;
+    lock_entry(stale.key, lock);
+    disk_.remove(stale.key);
+    auto entry = compile_entry(form, stale.architecture, stale.key, form.render(library_),
+                               compile_options(stale.architecture, form.fast_math()));
+    promise.set_value(entry);
+    return entry;
+  } catch (...) {
+    promise.set_exception(std::current_exception());
+    std::lock_guard guard(mutex_);
+    memory_.erase(stale.key);
+    throw;
+  }
 }
 
 std::vector<Lookup> KernelCache::get_all(const std::vector<Form>& forms, const std::string& architecture,

@@ -2,7 +2,8 @@
 // A form is rendered, keyed by SHA-256 over everything the compiler sees, and
 // compiled by NVRTC only when neither cache holds it. Concurrent requests for
 // one key in a process wait on one compile; across processes the disk
-// cache's per-entry lock does the same.
+// cache's per-entry lock does the same. An entry read from disk whose cubin
+// the driver refuses is dropped and compiled again once (CacheEntry::recompile).
 #pragma once
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -77,17 +79,33 @@ class KernelCache {
   CacheStats stats() const;
 
  private:
+  using Slot = std::shared_future<std::shared_ptr<const CacheEntry>>;
+
   std::shared_ptr<const CacheEntry> load_or_compile(const Form& form, const std::string& architecture,
                                                     const std::string& key, std::string source,
                                                     const std::vector<std::string>& options, Origin& origin);
+  // Compiles and publishes to disk; the caller holds the entry's file lock.
+  std::shared_ptr<const CacheEntry> compile_entry(const Form& form, const std::string& architecture,
+                                                  const std::string& key, std::string source,
+                                                  const std::vector<std::string>& options);
+  // Takes the entry's file lock when the disk cache is writable.
+  void lock_entry(const std::string& key, std::optional<FileLock>& lock);
+  // `entry`, read from disk, with its recompile hook set.
+  std::shared_ptr<const CacheEntry> from_disk(CacheEntry entry, const Form& form);
+  // Replaces `stale` (read from disk, refused by the driver: `why`) in both
+  // caches with a fresh compile, bypassing the disk; threads that find it
+  // refused at once share one compile and one warning.
+  std::shared_ptr<const CacheEntry> recompile(const CacheEntry& stale, const Form& form, const std::string& why);
 
   const TemplateLibrary& library_;
   DiskCache disk_;
   mutable std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_future<std::shared_ptr<const CacheEntry>>> memory_;
+  std::unordered_map<std::string, Slot> memory_;
   std::atomic<unsigned long> memory_hits_{0};
   std::atomic<unsigned long> disk_hits_{0};
   std::atomic<unsigned long> compiles_{0};
+  // Expires with the cache: an entry that outlives it can no longer recompile.
+  std::shared_ptr<const bool> alive_ = std::make_shared<const bool>(true);
 };
 
 }  // namespace pooler
