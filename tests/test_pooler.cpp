@@ -1,8 +1,8 @@
 // The Pooler's public API without a GPU: TensorView helpers, pooler_layer's checks
 // (each error names the value and what was expected), a Pooler with a null
 // communicator, and the test kernels of the multi-GPU tests (test_compare.cu,
-// test_spin.cu, test_gather_rows.cu) compiled for sm_90 and sm_100a without
-// local memory.
+// test_spin.cu) compiled for sm_90 and sm_100a without local memory (the stock
+// path's glue: test_pooler_bench).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,7 +19,7 @@
 #include "support/forms.hpp"
 #include "support/process.hpp"
 #include "support/refusal.hpp"
-#include "support/stock_path.hpp"
+#include "support/device_compare.hpp"
 
 namespace pooler {
 namespace {
@@ -210,12 +210,7 @@ TEST(Pooler, DefaultOptionsAreMuseSpark) {
 
 // ---- the multi-GPU tests' kernels ---------------------------------------------------------------------
 
-std::vector<Form> test_forms() {
-  std::vector<Form> forms = {testing::compare_form(), testing::spin_form()};
-  for (int tp : {1, 2, 4, 8}) forms.push_back(testing::gather_rows_form(kPooled, tp));
-  forms.push_back(testing::gather_rows_form(512, 8));
-  return forms;
-}
+std::vector<Form> test_forms() { return {testing::compare_form(), testing::spin_form()}; }
 
 class PoolerTestKernels : public ::testing::TestWithParam<const char*> {};
 

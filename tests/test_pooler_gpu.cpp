@@ -5,7 +5,7 @@
 // SAME pooler GEMM output (the shard view of Pooler::project, copied into a buffer
 // of the test's before the next call) goes through an ncclAllGather, is rearranged
 // into rows [b, P], normed by the stock norm kernel and, for NVFP4 layers,
-// quantized by the stock quantize kernel (tests/support/stock_path.hpp). The one
+// quantized by the stock quantize kernel (tools/harness/stock_path.hpp). The one
 // difference docs/design/numerics.md allows is the sign of a zero exactly where a projected
 // value was -0.0 (BF16 edge layers: -0.0 arrives as +0.0; NVFP4: code 0x0 for
 // 0x8); the device comparison (tests/kernels/test_compare.cu) allows it only
@@ -74,7 +74,8 @@
 #include "support/gpu.hpp"
 #include "support/multi_gpu.hpp"
 #include "support/process.hpp"
-#include "support/stock_path.hpp"
+#include "support/device_compare.hpp"
+#include "tools/harness/stock_path.hpp"
 
 namespace pooler {
 namespace {
@@ -283,9 +284,9 @@ PoolerLayer pooler_layer_for(const DeviceModel& model, const ModelSpec& spec, in
                       global_scale, tp, rank);
 }
 
-testing::StockLayer stock_layer_for(const DeviceModel& model, const ModelSpec& spec, int layer) {
+harness::StockLayer stock_layer_for(const DeviceModel& model, const ModelSpec& spec, int layer) {
   const int set = spec.set_of(layer);
-  testing::StockLayer stock;
+  harness::StockLayer stock;
   stock.norm_weight = model.norm(set);
   stock.eps = spec.eps_of(layer);
   stock.gain_center = spec.gain_center;
@@ -793,7 +794,7 @@ class Harness {
   const DeviceModel& model_;
   ModelSpec spec_;
   int width_;
-  testing::StockPath stock_;
+  harness::StockPath stock_;
   testing::DeviceComparer comparer_;
   testing::Spinner spinner_;
   std::vector<Slot> slots_;

@@ -1,13 +1,14 @@
 // The forms pooler-bench compiles besides the Pooler's own: the synthetic-data
-// fill (tools/kernels/bench_fill.cu), the stock path's glue
-// (tools/kernels/bench_stock.cu), the streaming-read ceiling
+// fill (tools/kernels/bench_fill.cu), the stock path's (glue, norm, quantize:
+// tools/harness/stock_path.hpp) and the streaming-read ceiling
 // (tools/kernels/bench_read.cu, shared with pooler-kernel-bench: same names
-// and constants, so the two tools share cache entries) and the stock norm and
-// quantize. Header-only so that the CPU test compiles the same forms.
+// and constants, so the two tools share cache entries). Header-only so that
+// the CPU test compiles the same forms.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -15,26 +16,20 @@
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/jit/form.hpp"
 #include "runtime/pooler_forms.hpp"
-#include "runtime/gather/gather_kernels.hpp"
+#include "tools/harness/stock_path.hpp"
 
 namespace pooler::bench {
 
+using harness::kAmaxEntry;
+using harness::kStockThreads;
+using harness::stock_glue_form;
+
 inline constexpr int kFillThreads = 256;
-inline constexpr int kStockThreads = 256;
 inline constexpr const char* kFillEntry = "pooler_bench_fill_bf16";
-inline constexpr const char* kRearrangeEntry = "pooler_bench_rearrange";
-inline constexpr const char* kAmaxEntry = "pooler_bench_amax_scale";
 inline constexpr const char* kReadEntry = "pooler_bench_read";
 
 inline Form fill_form() {
   return Form(fmt::format("bench_fill_t{}", kFillThreads), "bench_fill.cu", {kFillEntry}).set("THREADS", kFillThreads);
-}
-
-inline Form stock_glue_form(int pooled, int tp) {
-  return Form(fmt::format("bench_stock_p{}_tp{}", pooled, tp), "bench_stock.cu", {kRearrangeEntry, kAmaxEntry})
-      .set("POOLED", pooled)
-      .set("TP", tp)
-      .set("THREADS", kStockThreads);
 }
 
 // A launch shape of the read kernel: threads per CTA, loads in flight per
@@ -60,19 +55,18 @@ inline Form read_form(const ReadConfig& config, bool chained = false) {
       .set("CHAINED", chained ? 1 : 0);
 }
 
-// Everything one rank of the benchmark loads besides the Pooler's forms, in this
-// order: fill, stock glue, stock norm, stock quantize, then the read forms.
+// Everything one rank of the benchmark compiles besides the Pooler's forms, in
+// this order: fill, the stock path's forms (the glue first), then the read forms.
 struct BenchForms {
   std::vector<Form> forms;
-  std::size_t fill = 0, glue = 1, stock_norm = 2, stock_quantize = 3, first_read = 4;
+  std::size_t fill = 0, glue = 1, first_read = 0;
 };
 
 inline BenchForms bench_forms(int pooled, int tp, float eps, float gain_center) {
   BenchForms out;
   out.forms.push_back(fill_form());
-  out.forms.push_back(stock_glue_form(pooled, tp));
-  out.forms.push_back(stock_norm_form(pooled, eps, gain_center));
-  out.forms.push_back(stock_quantize_form(pooled));
+  for (Form& form : harness::stock_forms(pooled, tp, {{eps, gain_center}})) out.forms.push_back(std::move(form));
+  out.first_read = out.forms.size();
   for (const ReadConfig& config : read_configs()) out.forms.push_back(read_form(config));
   return out;
 }

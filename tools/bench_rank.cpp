@@ -157,22 +157,18 @@ void Rank::time_lookups() {
 void Rank::load_bench_forms() {
   const BenchForms plan = bench_forms(o_.pooled, tp_, o_.eps, o_.gain_center);
   const std::vector<Lookup> lookups = KernelCache::global().get_all(plan.forms, architecture_);
-  for (const Lookup& lookup : lookups) loaded_.push_back(std::make_unique<LoadedForm>(*lookup.entry, context_->get()));
-  fill_ = loaded_[plan.fill]->kernel(kFillEntry);
-  rearrange_ = loaded_[plan.glue]->kernel(kRearrangeEntry);
-  amax_scale_ = loaded_[plan.glue]->kernel(kAmaxEntry);
-  norm_.emplace(*loaded_[plan.stock_norm], o_.pooled, rows_max_);
-  quantize_.emplace(*loaded_[plan.stock_quantize], o_.pooled, rows_max_);
-  for (std::size_t i = plan.first_read; i < plan.forms.size(); ++i) read_.push_back(loaded_[i]->kernel(kReadEntry));
+  // The stock path's forms (between the glue and the reads) are the StockPath's to load.
+  auto load = [&](std::size_t index) -> const LoadedForm& {
+    loaded_.push_back(std::make_unique<LoadedForm>(*lookups[index].entry, context_->get()));
+    return *loaded_.back();
+  };
+  fill_ = load(plan.fill).kernel(kFillEntry);
+  amax_scale_ = load(plan.glue).kernel(kAmaxEntry);
+  for (std::size_t i = plan.first_read; i < plan.forms.size(); ++i) read_.push_back(load(i).kernel(kReadEntry));
+  stock_.emplace(comm_->get(), context_->get(), o_.pooled, rows_max_,
+                 std::vector<std::pair<float, float>>{{o_.eps, o_.gain_center}});
 
-  const std::size_t rows = static_cast<std::size_t>(rows_max_);
-  const std::size_t pooled = static_cast<std::size_t>(o_.pooled);
-  shard_stock_ = DeviceBuffer(rows * width_ * 2);
-  gathered_ = DeviceBuffer(rows * pooled * 2);
-  rows_ = DeviceBuffer(rows * pooled * 2);
-  normed_ = DeviceBuffer(rows * pooled * 2);
-  packed_ = DeviceBuffer(rows * pooled / 2);
-  scales_ = DeviceBuffer(rows * pooled / 16);
+  shard_stock_ = DeviceBuffer(static_cast<std::size_t>(rows_max_) * width_ * 2);
   calibration_ = DeviceBuffer(static_cast<std::size_t>(o_.calibration_rows) * o_.hidden * 2);
   events_.resize(static_cast<std::size_t>(o_.replays) + 1);
 }

@@ -107,9 +107,7 @@ void Rank::check_batch(int b, Outputs& last_stock) {
   for (int layer = 0; layer < o_.layers; ++layer) {
     const bool nvfp4 = !o_.edge(layer);
     const CUstream s = stream();
-    for (const DeviceBuffer* buffer : {&gathered_, &rows_, &normed_, &packed_, &scales_}) {
-      POOLER_CU(cuMemsetD8Async(buffer->get(), kStockPoison, buffer->bytes(), s), "poisoning the stock outputs");
-    }
+    stock_->poison(s, kStockPoison);
     if (nvfp4 && fused_nvfp4.packed.data != 0) {
       POOLER_CU(cuMemsetD8Async(fused_nvfp4.packed.data, kFusedPoison, rows * pooled / 2, s), "poisoning");
       POOLER_CU(cuMemsetD8Async(fused_nvfp4.scales.data, kFusedPoison, rows * pooled / 16, s), "poisoning");
@@ -118,7 +116,7 @@ void Rank::check_batch(int b, Outputs& last_stock) {
       POOLER_CU(cuMemsetD8Async(fused_bf16.normed.data, kFusedPoison, rows * pooled * 2, s), "poisoning");
     }
     const TensorView shard = pooler_->project(layer, input_view(layer, b), s);
-    all_gather(shard.data, gathered_.get(), b);
+    all_gather(shard.data, b);
     stock_tail(layer, b);
     cublas_gemm(input(layer), weight(layer), shard_stock_.get(), b);
     pooler_->publish(b, s);
@@ -129,15 +127,15 @@ void Rank::check_batch(int b, Outputs& last_stock) {
 
     Outputs stock;
     stock.rows.resize(rows * pooled);
-    download(stock.rows.data(), rows_.get(), stock.rows.size() * 2);
+    download(stock.rows.data(), stock_->rows(), stock.rows.size() * 2);
     if (nvfp4) {
       stock.packed.resize(rows * pooled / 2);
       stock.scales.resize(rows * pooled / 16);
-      download(stock.packed.data(), packed_.get(), stock.packed.size());
-      download(stock.scales.data(), scales_.get(), stock.scales.size());
+      download(stock.packed.data(), stock_->packed(), stock.packed.size());
+      download(stock.scales.data(), stock_->scales(), stock.scales.size());
     } else {
       stock.normed.resize(rows * pooled);
-      download(stock.normed.data(), normed_.get(), stock.normed.size() * 2);
+      download(stock.normed.data(), stock_->normed(), stock.normed.size() * 2);
     }
     std::vector<std::uint16_t> mine(rows * width), by_cublas(rows * width);
     download(mine.data(), shard.data, mine.size() * 2);
@@ -189,7 +187,7 @@ void Rank::run_batch(int b) {
   Spread stock, fused, gemm, cublas, allgather, gather, tail;
   {
     const harness::Graph graph(stream(), "the stock path's graph", [&] {
-      for (int layer = 0; layer < o_.layers; ++layer) stock_layer(layer, b);
+      for (int layer = 0; layer < o_.layers; ++layer) stock_path(layer, b);
     });
     stock = emit("stock", time_graph(graph));
   }
@@ -226,7 +224,7 @@ void Rank::run_batch(int b) {
   }
   {
     const harness::Graph graph(stream(), "ncclAllGather's graph", [&] {
-      for (int layer = 0; layer < o_.layers; ++layer) all_gather(shard_stock_.get(), gathered_.get(), b);
+      for (int layer = 0; layer < o_.layers; ++layer) all_gather(shard_stock_.get(), b);
     });
     allgather = emit("allgather", time_graph(graph));
   }

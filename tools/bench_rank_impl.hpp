@@ -1,8 +1,8 @@
 // pooler-bench's rank (tools/bench_rank.hpp) inside: the Rank class, whose
 // members are defined by concern in
 //   bench_rank.cpp          run_rank, the set-up, the Pooler's construction
-//   bench_rank_stock.cpp    the stock path's pieces (cuBLAS, ncclAllGather, the
-//                           rearrange, stock norm and quantize) and the data fill
+//   bench_rank_stock.cpp    the stock path's pieces (cuBLAS, then the harness's
+//                           StockPath) and the data fill
 //   bench_rank_measure.cpp  the read ceiling, the data, the calibration, timing
 //   bench_rank_batch.cpp    one batch: the bit-for-bit check and the timed graphs
 // Private to those files.
@@ -30,6 +30,7 @@
 #include "tools/bench_results.hpp"
 #include "tools/harness/cublas_gemm.hpp"
 #include "tools/harness/graph.hpp"
+#include "tools/harness/stock_path.hpp"
 
 namespace pooler::bench {
 
@@ -136,16 +137,16 @@ class Rank {
   // matrix transposed and x as a column-major [H, b].
   void cublas_gemm(CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, int b) const;
 
-  void all_gather(CUdeviceptr shard, CUdeviceptr gathered, int b) const;
+  // `layer` as the stock path sees it.
+  harness::StockLayer stock_layer(int layer) const;
 
-  // The gathered [tp][b][P / tp] into rows [b][P]. Never PDL: it follows the
-  // NCCL kernel, which does not trigger its dependents early.
-  void rearrange(CUdeviceptr gathered, CUdeviceptr rows, int b) const;
+  // The stock path's all-gather of `shard` and its tail (rearrange, norm,
+  // quantize), PDL between the tail's kernels as the options say.
+  void all_gather(CUdeviceptr shard, int b) const { stock_->all_gather(stream(), shard, b); }
+  void stock_tail(int layer, int b) const { stock_->tail(stream(), b, stock_layer(layer), o_.pdl); }
 
-  // rearrange, stock norm and (NVFP4 layers) stock quantize of `layer`.
-  void stock_tail(int layer, int b) const;
-
-  void stock_layer(int layer, int b) const;
+  // cuBLAS, then the whole stock path.
+  void stock_path(int layer, int b) const;
 
   void fill(CUdeviceptr out, std::uint64_t count, std::uint64_t first, Tensor tensor, float deviation,
             float mean) const;
@@ -199,12 +200,11 @@ class Rank {
   std::optional<Stream> stream_;
   std::optional<NcclComm> comm_;
   DeviceBuffer weights_, norm_weights_, global_scales_, amax_, inputs_, calibration_;
-  DeviceBuffer shard_stock_, gathered_, rows_, normed_, packed_, scales_, token_;
+  DeviceBuffer shard_stock_, token_;
   std::vector<std::unique_ptr<LoadedForm>> loaded_;
-  Kernel fill_, rearrange_, amax_scale_;
+  Kernel fill_, amax_scale_;
   std::vector<Kernel> read_;
-  std::optional<StockNormLauncher> norm_;
-  std::optional<StockQuantizeLauncher> quantize_;
+  std::optional<harness::StockPath> stock_;
   std::vector<Event> events_;
   std::optional<harness::CublasGemm> cublas_;
   std::optional<Pooler> pooler_;

@@ -79,13 +79,14 @@ void Rank::calibrate() {
     fill(calibration_.get(), count, static_cast<std::uint64_t>(layer) * count, kCalibration, o_.x_std, 0.0f);
     // Calibration rows outnumber the Pooler's batches, so cuBLAS projects them.
     cublas_gemm(calibration_.get(), weight(layer), shard_stock_.get(), c);
-    all_gather(shard_stock_.get(), gathered_.get(), c);
-    rearrange(gathered_.get(), rows_.get(), c);
-    norm_->launch(stream(), rows_.get(), norm_weight(layer), normed_.get(), c, false);
+    all_gather(shard_stock_.get(), c);
+    harness::StockLayer normed_only = stock_layer(layer);
+    normed_only.global_scale = 0;  // the scale is what this computes
+    stock_->tail(stream(), c, normed_only, false);
     LaunchShape shape;
     shape.block_x = kStockThreads;
     const unsigned long long count_normed = static_cast<unsigned long long>(c) * o_.pooled;
-    amax_scale_(stream(), shape, normed_.get(), count_normed, global_scale(layer),
+    amax_scale_(stream(), shape, stock_->normed(), count_normed, global_scale(layer),
                 amax_.get() + static_cast<std::size_t>(layer) * 4);
   }
   stream_->synchronize();

@@ -1,5 +1,5 @@
 // The stock path's pieces of one rank: what an engine runs without the fused
-// gather (cuBLAS, ncclAllGather, rearrange, stock norm and quantize).
+// gather (cuBLAS, then tools/harness/stock_path.hpp).
 #include <algorithm>
 #include <cstdint>
 
@@ -19,31 +19,18 @@ void Rank::cublas_gemm(CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, int b) const
   cublas_->gemm(x, w, c, b, width_, o_.hidden);
 }
 
-void Rank::all_gather(CUdeviceptr shard, CUdeviceptr gathered, int b) const {
-  check_nccl(ncclAllGather(reinterpret_cast<const void*>(shard), reinterpret_cast<void*>(gathered),
-                           static_cast<std::size_t>(b) * width_, ncclBfloat16, comm_->get(), stream()),
-             "ncclAllGather", "the stock path's gather of [b, P / tp] shards", comm_->get());
+harness::StockLayer Rank::stock_layer(int layer) const {
+  harness::StockLayer stock;
+  stock.norm_weight = norm_weight(layer);
+  stock.eps = o_.eps;
+  stock.gain_center = o_.gain_center;
+  stock.global_scale = o_.edge(layer) ? 0 : global_scale(layer);
+  return stock;
 }
 
-void Rank::rearrange(CUdeviceptr gathered, CUdeviceptr rows, int b) const {
-  LaunchShape shape;
-  shape.grid_x = static_cast<unsigned>((o_.pooled / 8 + kStockThreads - 1) / kStockThreads);
-  shape.grid_y = static_cast<unsigned>(b);
-  shape.block_x = kStockThreads;
-  rearrange_(stream(), shape, gathered, rows, b);
-}
-
-void Rank::stock_tail(int layer, int b) const {
-  rearrange(gathered_.get(), rows_.get(), b);
-  norm_->launch(stream(), rows_.get(), norm_weight(layer), normed_.get(), b, o_.pdl);
-  if (!o_.edge(layer)) {
-    quantize_->launch(stream(), normed_.get(), global_scale(layer), packed_.get(), scales_.get(), b, o_.pdl);
-  }
-}
-
-void Rank::stock_layer(int layer, int b) const {
+void Rank::stock_path(int layer, int b) const {
   cublas_gemm(input(layer), weight(layer), shard_stock_.get(), b);
-  all_gather(shard_stock_.get(), gathered_.get(), b);
+  all_gather(shard_stock_.get(), b);
   stock_tail(layer, b);
 }
 

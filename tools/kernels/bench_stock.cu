@@ -1,4 +1,4 @@
-// The stock path's glue for tools/pooler_bench.cpp:
+// The stock path's glue for tools/harness/stock_path.* (pooler-bench and the tests):
 //   - pooler_bench_rearrange: what an engine runs between ncclAllGather and the
 //     stock norm: the gathered shards [TP][b][POOLED / TP] become rows [b][POOLED]
 //     (the copy behind torch's movedim + reshape after all_gather_into_tensor);
