@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -450,11 +451,88 @@ int build(const CacheLocation& location, const BuildRequest& request) {
   return failures == 0 ? kOk : kFailed;
 }
 
-}  // namespace
+// The flags of `build` into `request`; kUsage (said on stderr) for a bad one.
+int parse_build(const std::vector<std::string>& args, BuildRequest& request) {
+  request.config.batches = {1, 2, 4, 8, 16};
+  request.config.nvfp4_norms = {NormConstants{}};
+  request.config.edge_norms = {NormConstants{}};
+  bool norms_given = false, edges_given = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& flag = args[i];
+    const bool has_value = i + 1 < args.size();
+    auto bad = [&](const std::string& why) {
+      fmt::print(stderr, "pooler-cubin build: {}\n", why);
+      return kUsage;
+    };
+    auto number = [&](int& out) {
+      std::vector<int> one;
+      if (!has_value || !parse_int_list(args[i + 1], one) || one.size() != 1) return false;
+      out = one.front();
+      ++i;
+      return true;
+    };
+    if (flag == "--sample") {
+      request.sample = true;
+    } else if (flag == "--arch" && has_value) {
+      request.architectures.push_back(args[++i]);
+    } else if (flag == "--tp") {
+      int tp = 0;
+      if (!number(tp)) return bad("--tp needs a positive integer");
+      request.tps.push_back(tp);
+    } else if (flag == "--batches") {
+      if (!has_value || !parse_int_list(args[++i], request.config.batches)) {
+        return bad("--batches needs a list of positive integers, e.g. 1,2,4,8,16");
+      }
+    } else if (flag == "--capacity") {
+      if (!number(request.config.capacity)) return bad("--capacity needs a positive integer");
+    } else if (flag == "--hidden") {
+      if (!number(request.config.hidden)) return bad("--hidden needs a positive integer");
+    } else if (flag == "--pooled") {
+      if (!number(request.config.pooled)) return bad("--pooled needs a positive integer");
+    } else if ((flag == "--norm" || flag == "--edge-norm") && has_value) {
+      NormConstants norm;
+      if (!parse_norm(args[++i], norm)) return bad(flag + " needs EPS:GAIN_CENTER, e.g. 1e-5:1");
+      auto& list = flag == "--norm" ? request.config.nvfp4_norms : request.config.edge_norms;
+      bool& given = flag == "--norm" ? norms_given : edges_given;
+      if (!given) list.clear();
+      given = true;
+      list.push_back(norm);
+    } else {
+      return bad(fmt::format("unknown or incomplete argument {} (see --help)", flag));
+    }
+  }
+  if (request.architectures.empty()) request.architectures = {"sm_90", "sm_100a"};
+  if (request.tps.empty()) request.tps = {1, 2, 4, 8};
+  return kOk;
+}
 
-int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  std::string cache_dir;
+// One command with its arguments; pooler::Error escapes.
+int run_command(const std::string& command, const std::vector<std::string>& args, const std::string& cache_dir) {
+  const CacheLocation location = location_from(cache_dir);
+  auto expect_args = [&](std::size_t count) {
+    if (args.size() != count) {
+      fmt::print(stderr, "pooler-cubin {}: expected {} argument(s), got {}\n", command, count, args.size());
+      return false;
+    }
+    return true;
+  };
+  if (command == "list") return expect_args(0) ? list(DiskCache(location)) : kUsage;
+  if (command == "show") return expect_args(1) ? show(DiskCache(location), args[0]) : kUsage;
+  if (command == "sass") return expect_args(1) ? sass(DiskCache(location), args[0]) : kUsage;
+  if (command == "verify") return expect_args(0) ? verify(DiskCache(location)) : kUsage;
+  if (command == "clear") return expect_args(0) ? clear(location) : kUsage;
+  if (command == "build") {
+    BuildRequest request;
+    const int parsed = parse_build(args, request);
+    return parsed == kOk ? build(location, request) : parsed;
+  }
+  fmt::print(stderr, "pooler-cubin: unknown command {}\n\n{}", command, kUsageText);
+  return kUsage;
+}
+
+// The options before the command (--help, --cache-dir DIR), taken off `args`;
+// nothing to go on with, or the exit code.
+std::optional<int> parse_options(std::vector<std::string>& args, std::string& cache_dir) {
   while (!args.empty() && args.front().starts_with("-")) {
     if (args.front() == "--help" || args.front() == "-h") {
       fmt::print("{}", kUsageText);
@@ -472,6 +550,15 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "{}", kUsageText);
     return kUsage;
   }
+  return std::nullopt;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::string cache_dir;
+  if (const std::optional<int> done = parse_options(args, cache_dir)) return *done;
   const std::string command = args.front();
   args.erase(args.begin());
   for (const Command& known : kCommands) {
@@ -481,77 +568,9 @@ int main(int argc, char** argv) {
     }
   }
   try {
-    const CacheLocation location = location_from(cache_dir);
-    auto expect_args = [&](std::size_t count) {
-      if (args.size() != count) {
-        fmt::print(stderr, "pooler-cubin {}: expected {} argument(s), got {}\n", command, count, args.size());
-        return false;
-      }
-      return true;
-    };
-    if (command == "list") return expect_args(0) ? list(DiskCache(location)) : kUsage;
-    if (command == "show") return expect_args(1) ? show(DiskCache(location), args[0]) : kUsage;
-    if (command == "sass") return expect_args(1) ? sass(DiskCache(location), args[0]) : kUsage;
-    if (command == "verify") return expect_args(0) ? verify(DiskCache(location)) : kUsage;
-    if (command == "clear") return expect_args(0) ? clear(location) : kUsage;
-    if (command == "build") {
-      BuildRequest request;
-      request.config.batches = {1, 2, 4, 8, 16};
-      request.config.nvfp4_norms = {NormConstants{}};
-      request.config.edge_norms = {NormConstants{}};
-      bool norms_given = false, edges_given = false;
-      for (std::size_t i = 0; i < args.size(); ++i) {
-        const std::string& flag = args[i];
-        const bool has_value = i + 1 < args.size();
-        auto bad = [&](const std::string& why) {
-          fmt::print(stderr, "pooler-cubin build: {}\n", why);
-          return kUsage;
-        };
-        auto number = [&](int& out) {
-          std::vector<int> one;
-          if (!has_value || !parse_int_list(args[i + 1], one) || one.size() != 1) return false;
-          out = one.front();
-          ++i;
-          return true;
-        };
-        if (flag == "--sample") {
-          request.sample = true;
-        } else if (flag == "--arch" && has_value) {
-          request.architectures.push_back(args[++i]);
-        } else if (flag == "--tp") {
-          int tp = 0;
-          if (!number(tp)) return bad("--tp needs a positive integer");
-          request.tps.push_back(tp);
-        } else if (flag == "--batches") {
-          if (!has_value || !parse_int_list(args[++i], request.config.batches)) {
-            return bad("--batches needs a list of positive integers, e.g. 1,2,4,8,16");
-          }
-        } else if (flag == "--capacity") {
-          if (!number(request.config.capacity)) return bad("--capacity needs a positive integer");
-        } else if (flag == "--hidden") {
-          if (!number(request.config.hidden)) return bad("--hidden needs a positive integer");
-        } else if (flag == "--pooled") {
-          if (!number(request.config.pooled)) return bad("--pooled needs a positive integer");
-        } else if ((flag == "--norm" || flag == "--edge-norm") && has_value) {
-          NormConstants norm;
-          if (!parse_norm(args[++i], norm)) return bad(flag + " needs EPS:GAIN_CENTER, e.g. 1e-5:1");
-          auto& list = flag == "--norm" ? request.config.nvfp4_norms : request.config.edge_norms;
-          bool& given = flag == "--norm" ? norms_given : edges_given;
-          if (!given) list.clear();
-          given = true;
-          list.push_back(norm);
-        } else {
-          return bad(fmt::format("unknown or incomplete argument {} (see --help)", flag));
-        }
-      }
-      if (request.architectures.empty()) request.architectures = {"sm_90", "sm_100a"};
-      if (request.tps.empty()) request.tps = {1, 2, 4, 8};
-      return build(location, request);
-    }
+    return run_command(command, args, cache_dir);
   } catch (const Error& error) {
     fmt::print(stderr, "pooler-cubin: {}\n", error.what());
     return kFailed;
   }
-  fmt::print(stderr, "pooler-cubin: unknown command {}\n\n{}", command, kUsageText);
-  return kUsage;
 }
