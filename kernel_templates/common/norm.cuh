@@ -1,19 +1,10 @@
-// norm.cuh: pre_expert_norm (numerics.md), one row per CTA of POOLED / 16 threads, each
-// thread owning the 16 consecutive columns [16 t, 16 t + 16).
-//
-// The stock norm kernel and the fused consumers call exactly these functions, and every
-// operation whose rounding matters is an explicit PTX instruction (fma.rn, add.rn,
-// div.rn, mul.rn, cvt.rn), so no compiler choice (contraction, reassociation) can make
-// the two differ: same arithmetic in the same order gives the same bits.
-//
-// The fixed reduction order of sum(x * x):
-//   1. thread t: acc = 0; for j = 0..15 in column order: acc = fma.rn(x[16t + j], x[16t + j], acc)
-//   2. each warp: butterfly over lanes, offsets 16, 8, 4, 2, 1: v = add.rn(v, shfl.bfly(v, offset));
-//      the two partners of a step add the same two values, so every lane ends with the same bits
-//   3. the CTA: every thread sums the warps' results in warp order,
-//      total = (...((w0 + w1) + w2) ... + w_last), with add.rn
-// then var = div.rn(total, POOLED), inv = rsqrt.approx(add.rn(var, EPS)) and
-// y = cvt.rn.bf16(mul.rn(mul.rn(x, inv), add.rn(weight, GAIN_CENTER))).
+// pre_expert_norm (docs/design/numerics.md): one row per CTA of POOLED / 16
+// threads, thread t owning columns [16 t, 16 t + 16). The stock norm and the
+// fused consumers call these same functions, and every rounding step is an
+// explicit PTX instruction, so no compiler choice can make them differ. The sum
+// of squares has a fixed order: per thread in column order (fma.rn), a warp
+// butterfly (both partners add the same two values, so every lane agrees), then
+// the warps' results in warp order.
 #pragma once
 
 #include "numerics.cuh"

@@ -1,6 +1,5 @@
-// nvfp4.cuh: NVFP4 quantization of one 16-column block (numerics.md steps 1-6), held by
-// one thread as 8 BF16 words (word k: column 2k low, 2k + 1 high). The stock quantizer
-// and the fused consumer both call quantize16, so they give the same bytes.
+// NVFP4 quantization of one 16-column block (numerics.md steps 1-6) held by one
+// thread as 8 BF16 words; the stock quantizer and the fused consumer share it.
 #pragma once
 
 #include "norm.cuh"
@@ -10,9 +9,7 @@
 
 namespace pooler {
 
-// The block's 8 packed bytes as two words (byte k = codes of columns 2k low nibble,
-// 2k + 1 high nibble; little-endian, so byte k of the row is byte k % 4 of word k / 4)
-// and its E4M3 scale byte.
+// Byte k of the row is byte k % 4 of packed[k / 4] (little-endian).
 struct Nvfp4Block16 {
   u32 packed[2];
   u32 scale;

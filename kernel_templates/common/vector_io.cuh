@@ -1,6 +1,5 @@
-// vector_io.cuh: 16 BF16 values of a row as one thread's 8 words, through the plain
-// 16-byte accesses of ptx.cuh (the vector width is what the kernel says, whatever the
-// compiler proves about alignment). Addresses must be 16-byte aligned.
+// 16 BF16 values as one thread's 8 words through ptx.cuh's 16-byte accesses,
+// whatever the compiler proves about alignment. Addresses: 16-byte aligned.
 #pragma once
 
 #include "numerics.cuh"
@@ -10,8 +9,7 @@
 
 namespace pooler {
 
-// 16 BF16 values (two 16-byte vectors) as 8 words: word k holds element 2k in its low
-// half and 2k + 1 in its high half.
+// Word k: element 2k in the low half, 2k + 1 in the high half.
 POOLER_DEVICE void ld_global_16xbf16(const u16* address, u32 (&x)[8]) {
   u32 lo[4], hi[4];
   ld_global_v4(address, lo);

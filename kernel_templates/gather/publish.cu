@@ -1,8 +1,7 @@
-// The publish of the pooler gather: this rank's first b rows of its [CAPACITY, W] shard
-// (the pooler GEMM's output, W = POOLED / TP) into slot [stage][rank] of every rank's
-// mailbox, its own included (mailbox.cuh, design/protocol.md). Unicast fan-out: one
-// 16-byte relaxed.sys store per peer per vector. Every -0.0 is stored as +0.0, because
-// -0.0 is the mailbox's "not yet written" mark.
+// This rank's first b rows of its [CAPACITY, W = POOLED / TP] shard into slot
+// [stage][rank] of every rank's mailbox, its own included (docs/design/protocol.md),
+// one 16-byte relaxed.sys store per peer. -0.0 is stored as +0.0: -0.0 is the
+// mailbox's "not yet written" mark.
 // Constants: POOLED, TP, CAPACITY, THREADS (CTA size).
 // Launch: grid (ceil(b * W / 8 / THREADS)), block (THREADS); one thread per 8 columns.
 // Arguments: rank in [0, TP), rows = b in [1, CAPACITY].

@@ -1,6 +1,6 @@
-// The stock pre_expert_norm: rows [b, POOLED] BF16 + weight [POOLED] BF16 ->
-// normed [b, POOLED] BF16 (numerics.md). What an engine runs after an NCCL all-gather;
-// the fused BF16 consumer must reproduce its bytes, so both use norm.cuh.
+// The stock pre_expert_norm (numerics.md): rows [b, POOLED] and weight [POOLED]
+// BF16 -> normed [b, POOLED] BF16. Shares norm.cuh with the fused BF16 consumer,
+// which must reproduce its bytes.
 // Constants: POOLED (multiple of 512, at most 16384), EPS, GAIN_CENTER.
 // Launch: grid (b), block (POOLED / 16); thread t owns columns [16 t, 16 t + 16).
 #include "norm.cuh"

@@ -1,7 +1,6 @@
-// The stock NVFP4 quantizer: y [b, POOLED] BF16 + global scale (one FP32 in device
-// memory) -> packed [b, POOLED / 2] u8 (column 2k in the low nibble of byte k) and
-// scales [b, POOLED / 16] E4M3 bytes, row-major, not swizzled (numerics.md). The fused
-// consumer must reproduce its bytes, so both use nvfp4.cuh.
+// The stock NVFP4 quantizer (numerics.md): y [b, POOLED] BF16 and a global scale
+// -> packed [b, POOLED / 2] and E4M3 scales [b, POOLED / 16], row-major, not
+// swizzled. Shares nvfp4.cuh with the fused consumer, which must reproduce its bytes.
 // Constants: POOLED (multiple of 512, at most 16384).
 // Launch: grid (b), block (POOLED / 16); thread t owns the block of columns [16 t, 16 t + 16).
 #include "nvfp4.cuh"
