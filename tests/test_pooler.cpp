@@ -216,20 +216,13 @@ class PoolerTestKernels : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(PoolerTestKernels, CompileWithoutLocalMemory) {
   const std::string architecture = GetParam();
-  const std::vector<Form> forms = test_forms();
-  const auto resources = testing::compile_and_check(forms, architecture);
-  for (std::size_t i = 0; i < forms.size(); ++i) {
-    const Form& form = forms[i];
-    SCOPED_TRACE(form.name() + " for " + architecture);
-    const std::vector<KernelResources>& kernels = resources[i];
-    for (const KernelResources& kernel : kernels) {
-      const int threads = kernel.name == testing::kSpinEntry ? 1 : testing::kTestThreads;
-      EXPECT_EQ(kernel.max_threads, threads) << kernel.name;
-      EXPECT_LE(kernel.registers, 65536 / threads) << kernel.name << " cannot launch";
-      std::cout << "[ resources ] " << form.name() << " " << kernel.name << " " << architecture << ": "
-                << kernel.registers << " registers\n";
-    }
-  }
+  testing::compile_and_check(test_forms(), architecture, [&](const Form& form, const KernelResources& kernel) {
+    const int threads = kernel.name == testing::kSpinEntry ? 1 : testing::kTestThreads;
+    EXPECT_EQ(kernel.max_threads, threads) << kernel.name;
+    EXPECT_LE(kernel.registers, 65536 / threads) << kernel.name << " cannot launch";
+    std::cout << "[ resources ] " << form.name() << " " << kernel.name << " " << architecture << ": "
+              << kernel.registers << " registers\n";
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, PoolerTestKernels, ::testing::Values("sm_90", "sm_100a"),

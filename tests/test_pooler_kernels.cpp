@@ -36,22 +36,15 @@ class PoolerForms : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(PoolerForms, CompileWithoutLocalMemory) {
   const std::string architecture = GetParam();
-  const std::vector<Form> forms = every_form();
-  const auto resources = testing::compile_and_check(forms, architecture);
-  for (std::size_t i = 0; i < forms.size(); ++i) {
-    const Form& form = forms[i];
-    SCOPED_TRACE(form.name() + " for " + architecture);
-    const std::vector<KernelResources>& kernels = resources[i];
-    for (const KernelResources& kernel : kernels) {
-      EXPECT_EQ(kernel.name, form.kernels().front());
-      EXPECT_EQ(kernel.stack_bytes, 0) << kernel.name;
-      EXPECT_EQ(kernel.max_threads, declared_threads(kernel.name)) << kernel.name;
-      EXPECT_LE(kernel.registers, 65536 / declared_threads(kernel.name)) << kernel.name << " cannot launch";
-      EXPECT_LE(kernel.shared_bytes, 64) << kernel.name << ": the norm needs one float per warp";
-      std::cout << "[ resources ] " << form.name() << " " << architecture << ": " << kernel.registers << " registers, "
-                << kernel.shared_bytes << " shared bytes\n";
-    }
-  }
+  testing::compile_and_check(every_form(), architecture, [&](const Form& form, const KernelResources& kernel) {
+    EXPECT_EQ(kernel.name, form.kernels().front());
+    EXPECT_EQ(kernel.stack_bytes, 0) << kernel.name;
+    EXPECT_EQ(kernel.max_threads, declared_threads(kernel.name)) << kernel.name;
+    EXPECT_LE(kernel.registers, 65536 / declared_threads(kernel.name)) << kernel.name << " cannot launch";
+    EXPECT_LE(kernel.shared_bytes, 64) << kernel.name << ": the norm needs one float per warp";
+    std::cout << "[ resources ] " << form.name() << " " << architecture << ": " << kernel.registers << " registers, "
+              << kernel.shared_bytes << " shared bytes\n";
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, PoolerForms, ::testing::Values("sm_90", "sm_100a"),

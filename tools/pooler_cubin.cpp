@@ -268,16 +268,10 @@ bool write_new_file(const std::string& path, const std::vector<unsigned char>& b
     fmt::print(stderr, "pooler-cubin: cannot create {}: {}\n", path, std::strerror(errno));
     return false;
   }
-  std::size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    written += static_cast<std::size_t>(n);
-  }
+  const bool written = write_all(fd, bytes);
   const int error = errno;
   ::close(fd);
-  if (written != bytes.size()) {
+  if (!written) {
     fmt::print(stderr, "pooler-cubin: cannot write {}: {}\n", path, std::strerror(error));
     return false;
   }

@@ -300,6 +300,17 @@ std::optional<CacheEntry> DiskCache::load(const std::string& key, const EntryChe
   }
 }
 
+bool write_all(int fd, std::span<const unsigned char> bytes) {
+  std::size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    written += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
 void DiskCache::remove(const std::string& key) const {
   if (!writable_) {
     return;
@@ -325,14 +336,7 @@ void DiskCache::store(const CacheEntry& entry) const {
     log().warn("cannot write kernel cache entry {}: {}", temporary, std::strerror(error));
     return;
   }
-  std::size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    written += static_cast<std::size_t>(n);
-  }
-  const bool flushed = written == bytes.size() && ::fsync(fd) == 0;
+  const bool flushed = write_all(fd, bytes) && ::fsync(fd) == 0;
   const int saved_errno = errno;
   ::close(fd);
   if (!flushed || ::rename(temporary.c_str(), final_path.c_str()) != 0) {

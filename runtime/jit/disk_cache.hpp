@@ -17,6 +17,7 @@
 #include <chrono>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,9 @@ class DiskCache {
   bool writable_ = false;
   mutable std::atomic<bool> lock_timed_out_{false};
 };
+
+// Writes every byte to `fd`, retrying on EINTR; false (errno set) on failure.
+bool write_all(int fd, std::span<const unsigned char> bytes);
 
 // Reads a whole regular file of at most `max_bytes` without following a
 // symlink at `path` and without blocking on a FIFO. Nothing when it does not
