@@ -67,19 +67,47 @@ CacheEntry cached(const std::string& directory, const Form& form, bool mark) {
   return entry;
 }
 
+// What loading `entry` raises: the message and the CUDA code (-1 for another
+// pooler::Error, an empty message when nothing is raised).
+struct LoadError {
+  std::string text;
+  int code = 0;
+  bool says(const char* part) const { return text.find(part) != std::string::npos; }
+};
+LoadError load_error(const CacheEntry& entry) {
+  try {
+    const LoadedForm loaded(entry, nullptr);
+    return {};
+  } catch (const CudaError& error) {
+    return {error.what(), error.code()};
+  } catch (const Error& error) {
+    return {error.what(), -1};
+  }
+}
+
 bool marked(const CacheEntry& entry) { return std::memcmp(entry.cubin.data() + 9, kMarker, 6) == 0; }
 
-TEST(RefusedCubin, ACachedOneIsRemovedCompiledAgainAndLoaded) {
+// Caches a fresh form (marked or not) in a scratch folder, then runs `body` in
+// a child with the fake driver and `environment`, on a new cache of that
+// folder and the form's lookup there.
+using CachedBody = std::function<int(KernelCache& cache, const Form& form, const Lookup& lookup)>;
+int with_cached_entry(bool mark, const std::map<std::string, std::string>& environment, const CachedBody& body) {
   ScratchDir dir;
   const Form form = fresh_form();
-  const CacheEntry planted = cached(dir.path(), form, true);
-  const int failures = with_loading_driver({{"FAKE_CUDA_REJECT_MARKER", kMarker}}, [&] {
+  cached(dir.path(), form, mark);
+  return with_loading_driver(environment, [&] {
     KernelCache cache(at(dir.path()), TemplateLibrary::instance());
-    const Lookup lookup = cache.get(form, "sm_90");
+    return body(cache, form, cache.get(form, "sm_90"));
+  });
+}
+
+TEST(RefusedCubin, ACachedOneIsRemovedCompiledAgainAndLoaded) {
+  const auto marker = std::map<std::string, std::string>{{"FAKE_CUDA_REJECT_MARKER", kMarker}};
+  const int failures = with_cached_entry(true, marker, [](KernelCache& cache, const Form& form, const Lookup& lookup) {
     int bad = expect(lookup.origin == Origin::disk && marked(*lookup.entry), "the marked entry is read from disk");
     { const LoadedForm loaded(*lookup.entry, nullptr); }
     bad += expect(cache.stats().compiles == 1, "one compile");
-    const std::optional<CacheEntry> on_disk = cache.disk().read(planted.key);
+    const std::optional<CacheEntry> on_disk = cache.disk().read(lookup.entry->key);
     bad += expect(on_disk && !marked(*on_disk), "the disk entry is replaced by the fresh compile");
     const Lookup again = cache.get(form, "sm_90");
     bad += expect(again.origin == Origin::memory && again.entry != lookup.entry && !marked(*again.entry),
@@ -95,12 +123,8 @@ TEST(RefusedCubin, ACachedOneIsRemovedCompiledAgainAndLoaded) {
 }
 
 TEST(RefusedCubin, ThreadsRefusedAtOnceShareOneCompile) {
-  ScratchDir dir;
-  const Form form = fresh_form();
-  cached(dir.path(), form, true);
-  const int failures = with_loading_driver({{"FAKE_CUDA_REJECT_MARKER", kMarker}}, [&] {
-    KernelCache cache(at(dir.path()), TemplateLibrary::instance());
-    const Lookup lookup = cache.get(form, "sm_90");
+  const auto marker = std::map<std::string, std::string>{{"FAKE_CUDA_REJECT_MARKER", kMarker}};
+  const int failures = with_cached_entry(true, marker, [](KernelCache& cache, const Form&, const Lookup& lookup) {
     std::atomic<int> bad{0};
     std::vector<std::thread> threads;
     for (int i = 0; i < 4; ++i) {
@@ -120,24 +144,14 @@ TEST(RefusedCubin, ThreadsRefusedAtOnceShareOneCompile) {
 }
 
 TEST(RefusedCubin, ARefusedRecompileRaisesNamingTheCallCodeAndForm) {
-  ScratchDir dir;
-  const Form form = fresh_form();
-  cached(dir.path(), form, false);
-  const int failures = with_loading_driver({{"FAKE_CUDA_REJECT_ALL", "1"}}, [&] {
-    KernelCache cache(at(dir.path()), TemplateLibrary::instance());
-    const Lookup lookup = cache.get(form, "sm_90");
+  const auto all = std::map<std::string, std::string>{{"FAKE_CUDA_REJECT_ALL", "1"}};
+  const int failures = with_cached_entry(false, all, [](KernelCache& cache, const Form&, const Lookup& lookup) {
     int bad = expect(lookup.origin == Origin::disk, "read from disk");
-    try {
-      const LoadedForm loaded(*lookup.entry, nullptr);
-      bad += expect(false, "an exception");
-    } catch (const CudaError& error) {
-      const std::string text = error.what();
-      bad += expect(error.code() == CUDA_ERROR_NO_BINARY_FOR_GPU, "the driver's code");
-      bad += expect(text.find("cuLibraryLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU") != std::string::npos &&
-                        text.find("form sample for sm_90") != std::string::npos &&
-                        text.find("compiled again") != std::string::npos,
-                    text.c_str());
-    }
+    const LoadError error = load_error(*lookup.entry);
+    bad += expect(error.code == CUDA_ERROR_NO_BINARY_FOR_GPU, "the driver's code");
+    bad += expect(error.says("cuLibraryLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU") &&
+                      error.says("form sample for sm_90") && error.says("compiled again"),
+                  error.text.c_str());
     return bad + expect(cache.stats().compiles == 1, "compiled again once, not more");
   });
   EXPECT_EQ(failures, 0);
@@ -150,15 +164,11 @@ TEST(RefusedCubin, ARefusedFreshCompileIsNotRetried) {
     KernelCache cache(at(dir.path()), TemplateLibrary::instance());
     const Lookup lookup = cache.get(form, "sm_90");
     int bad = expect(lookup.origin == Origin::compiled, "compiled");
-    try {
-      const LoadedForm loaded(*lookup.entry, nullptr);
-      bad += expect(false, "an exception");
-    } catch (const CudaError& error) {
-      const std::string text = error.what();
-      bad += expect(text.find("cuLibraryLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU") != std::string::npos &&
-                        text.find("compiled again") == std::string::npos,
-                    text.c_str());
-    }
+    const LoadError error = load_error(*lookup.entry);
+    bad += expect(error.code == CUDA_ERROR_NO_BINARY_FOR_GPU &&
+                      error.says("cuLibraryLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU") &&
+                      !error.says("compiled again"),
+                  error.text.c_str());
     return bad + expect(cache.stats().compiles == 1, "no second compile");
   });
   EXPECT_EQ(failures, 0);
@@ -174,13 +184,8 @@ TEST(RefusedCubin, AnEntryThatOutlivesItsCacheRaises) {
       KernelCache cache(at(dir.path()), TemplateLibrary::instance());
       entry = cache.get(form, "sm_90").entry;
     }
-    try {
-      const LoadedForm loaded(*entry, nullptr);
-      return expect(false, "an exception");
-    } catch (const Error& error) {
-      return expect(std::string(error.what()).find("kernel cache that read it is gone") != std::string::npos,
-                    error.what());
-    }
+    const LoadError error = load_error(*entry);
+    return expect(error.code == -1 && error.says("kernel cache that read it is gone"), error.text.c_str());
   });
   EXPECT_EQ(failures, 0);
 }
