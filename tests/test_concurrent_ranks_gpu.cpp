@@ -31,7 +31,7 @@
 #include "runtime/jit/kernel.hpp"
 #include "support/device_io.hpp"
 #include "support/loopback.hpp"
-#include "support/stock_path.hpp"
+#include "support/device_compare.hpp"
 
 namespace pooler {
 namespace {
