@@ -5,6 +5,7 @@
 
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/gather/gather_kernels.hpp"
+#include "runtime/gather/gathered_consumer.hpp"
 
 namespace pooler {
 namespace {
@@ -29,8 +30,10 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
                                                : choose_gemm_plan(width, config.hidden, b));
     out.forms.push_back(out.gemm_plans.back().form());
   }
+  out.nvfp4_norms = distinct(config.nvfp4_norms);
+  out.edge_norms = distinct(config.edge_norms);
   out.first_fused_gemm = out.forms.size();
-  if (config.fuse_publish) {
+  if (config.mailbox && config.fuse_publish) {
     const GemmPublish publish{config.tp, config.capacity};
     for (const GemmPlan& plan : out.gemm_plans) {
       out.fused_plans.push_back(plan.publishing(publish));
@@ -38,20 +41,34 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
     }
   }
   out.publish = out.forms.size();
-  out.forms.push_back(publish_form(config.pooled, config.tp, config.capacity));
-  out.nvfp4_norms = distinct(config.nvfp4_norms);
-  out.edge_norms = distinct(config.edge_norms);
-  out.first_nvfp4 = out.forms.size();
+  if (config.mailbox) out.forms.push_back(publish_form(config.pooled, config.tp, config.capacity));
   const ConsumerVariant variant =
       config.one_round_trip_consumer ? ConsumerVariant::one_round_trip : ConsumerVariant::baseline;
-  for (const NormConstants& norm : out.nvfp4_norms) {
-    out.forms.push_back(
-        nvfp4_consumer_form(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, variant));
+  out.first_nvfp4 = out.forms.size();
+  if (config.mailbox) {
+    for (const NormConstants& norm : out.nvfp4_norms) {
+      out.forms.push_back(
+          nvfp4_consumer_form(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, variant));
+    }
   }
   out.first_edge = out.forms.size();
-  for (const NormConstants& norm : out.edge_norms) {
-    out.forms.push_back(
-        bf16_consumer_form(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, variant));
+  if (config.mailbox) {
+    for (const NormConstants& norm : out.edge_norms) {
+      out.forms.push_back(
+          bf16_consumer_form(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, variant));
+    }
+  }
+  out.first_gathered_nvfp4 = out.forms.size();
+  if (config.gathered) {
+    for (const NormConstants& norm : out.nvfp4_norms) {
+      out.forms.push_back(gathered_consumer_form(config.pooled, config.tp, norm.eps, norm.gain_center, true));
+    }
+  }
+  out.first_gathered_edge = out.forms.size();
+  if (config.gathered) {
+    for (const NormConstants& norm : out.edge_norms) {
+      out.forms.push_back(gathered_consumer_form(config.pooled, config.tp, norm.eps, norm.gain_center, false));
+    }
   }
   out.first_stock_norm = out.stock_quantize = out.forms.size();
   if (config.stock) {

@@ -37,11 +37,15 @@ struct PoolerConfig {
   bool stock = false;        // also the stock norm (per norm) and quantize forms, for tests and benchmarks
   bool fuse_publish = true;  // also a publishing GEMM per batch (run() without a publish kernel), as Pooler does
   bool one_round_trip_consumer = false;  // the consumers' ConsumerVariant::one_round_trip forms
+  bool mailbox = true;    // the lamport transport's forms: publish, mailbox consumers (and publishing GEMMs)
+  bool gathered = false;  // the nccl transport's consumers (consumer_gathered.cu), one per distinct norm
 };
 
 // The forms, in this order: a GEMM per batch (ascending, duplicates dropped),
-// when `fuse_publish` a publishing GEMM per batch, the publish, the NVFP4 consumers, the BF16 consumers (each in the
-// order given, duplicates dropped), then, when `stock`, a stock norm per distinct norm and the stock quantize.
+// when `mailbox`: when `fuse_publish` a publishing GEMM per batch, the publish, the NVFP4 consumers, the BF16
+// consumers (each in the order given, duplicates dropped); when `gathered`: the gathered NVFP4 consumers, the
+// gathered BF16 consumers (same order); then, when `stock`, a stock norm per distinct norm and the stock quantize.
+// Index fields of a part that is not there point past the forms before it (an empty range).
 struct PoolerForms {
   std::vector<Form> forms;
   std::vector<int> batches;                // the GEMM of batches[i] is forms[i]
@@ -52,6 +56,7 @@ struct PoolerForms {
   std::size_t first_fused_gemm =
       0;  // when fuse_publish: the publishing GEMM of batches[i] is forms[first_fused_gemm + i]
   std::size_t publish = 0, first_nvfp4 = 0, first_edge = 0, first_stock_norm = 0, stock_quantize = 0;
+  std::size_t first_gathered_nvfp4 = 0, first_gathered_edge = 0;  // when gathered: one per distinct norm each
 };
 
 PoolerForms pooler_forms(const PoolerConfig& config);

@@ -15,6 +15,7 @@
 #include "runtime/jit/kernel_cache.hpp"
 #include "runtime/comm/mailbox.hpp"
 #include "runtime/gather/gather_kernels.hpp"
+#include "runtime/gather/gathered_consumer.hpp"
 #include "support/forms.hpp"
 #include "support/process.hpp"
 #include "support/refusal.hpp"
@@ -27,7 +28,14 @@ constexpr int kCapacity = 32;
 constexpr float kEps = 1e-5f;
 constexpr float kGainCenter = 1.0f;
 
-std::vector<Form> every_form() { return mailbox_kernel_forms(kPooled, {1, 2, 4, 8}, kCapacity, kEps, kGainCenter); }
+// The mailbox kernels, then the nccl transport's gathered consumers (NVFP4 and BF16) at every tp.
+std::vector<Form> every_form() {
+  std::vector<Form> forms = mailbox_kernel_forms(kPooled, {1, 2, 4, 8}, kCapacity, kEps, kGainCenter);
+  for (int tp : {1, 2, 4, 8}) {
+    for (bool nvfp4 : {true, false}) forms.push_back(gathered_consumer_form(kPooled, tp, kEps, kGainCenter, nvfp4));
+  }
+  return forms;
+}
 
 // The threads per CTA each entry point is declared for (__launch_bounds__).
 int declared_threads(const std::string& entry) { return entry == kPublishEntry ? kPublishThreads : kPooled / 16; }
@@ -100,6 +108,20 @@ TEST(PoolerFormArguments, NormConstants) {
     expect_mentions(rejection([&] { stock_norm_form(kPooled, kEps, gain); }), {"gain_center = "});
   }
   EXPECT_NO_THROW(stock_norm_form(kPooled, kEps, 0.0f));
+}
+
+TEST(PoolerFormArguments, GatheredConsumer) {
+  expect_mentions(rejection([] { gathered_consumer_form(kPooled, 3, kEps, kGainCenter, true); }), {"tp"});
+  expect_mentions(rejection([] { gathered_consumer_form(4000, 2, kEps, kGainCenter, true); }), {"4000"});
+  expect_mentions(rejection([] { gathered_consumer_form(kPooled, 2, 0.0f, kGainCenter, false); }), {"eps = 0"});
+  expect_mentions(rejection([] { gathered_consumer_form(kPooled, 2, kEps, std::nanf(""), false); }),
+                  {"gain_center = "});
+  const Form nvfp4 = gathered_consumer_form(kPooled, 4, kEps, kGainCenter, true);
+  const Form edge = gathered_consumer_form(kPooled, 4, kEps, kGainCenter, false);
+  EXPECT_EQ(nvfp4.name().rfind("pooler_consumer_gathered_nvfp4_p4096_tp4_", 0), 0u) << nvfp4.name();
+  EXPECT_EQ(edge.name().rfind("pooler_consumer_gathered_bf16_p4096_tp4_", 0), 0u) << edge.name();
+  EXPECT_NE(nvfp4.render(TemplateLibrary::instance()).find("constexpr int NVFP4 = 1;"), std::string::npos);
+  EXPECT_NE(edge.render(TemplateLibrary::instance()).find("constexpr int NVFP4 = 0;"), std::string::npos);
 }
 
 TEST(PoolerFormArguments, Rows) {
