@@ -235,6 +235,26 @@ TEST(LsaPeerAddresses, NamesEveryUnreachableRank) {
   }
 }
 
+// The nccl transport's automatic choice asks without throwing: the ranks outside
+// the team come back, and no addresses.
+TEST(LsaPeerAddresses, ReportsUnreachableRanksWhenAsked) {
+  WindowView view;
+  view.lsa_flat_base = 0x600000000000ull;
+  view.stride4g = 36;
+  view.lsa_rank = 1;
+  view.world_rank = 3;
+  std::vector<int> unreachable;
+  EXPECT_TRUE(lsa_peer_addresses(view, LsaTeam{2, 1, 1}, 3, 4, &unreachable).empty());
+  EXPECT_EQ(unreachable, (std::vector<int>{0, 1}));
+  unreachable.clear();
+  view.lsa_rank = 3;
+  EXPECT_EQ(lsa_peer_addresses(view, LsaTeam{4, 3, 1}, 3, 4, &unreachable).size(), 4u);
+  EXPECT_TRUE(unreachable.empty());
+  // A contradiction is still an error: it is no answer about reachability.
+  view.world_rank = 2;
+  EXPECT_THROW(lsa_peer_addresses(view, LsaTeam{4, 3, 1}, 3, 4, &unreachable), Error);
+}
+
 TEST(LsaPeerAddresses, ContradictionsPointAtTheLayout) {
   WindowView view;
   view.lsa_flat_base = 0x600000000000ull;

@@ -87,7 +87,7 @@ std::string layout_hint() {
 }  // namespace
 
 std::vector<CUdeviceptr> lsa_peer_addresses(const WindowView& window, const LsaTeam& team, int world_rank,
-                                            int world_size) {
+                                            int world_size, std::vector<int>* unreachable_out) {
   if (world_size < 1 || world_rank < 0 || world_rank >= world_size) {
     throw InvalidArgument(
         fmt::format("lsa_peer_addresses: world rank {} of {}, expected 0 <= rank < size", world_rank, world_size));
@@ -132,6 +132,10 @@ std::vector<CUdeviceptr> lsa_peer_addresses(const WindowView& window, const LsaT
     addresses[static_cast<std::size_t>(peer)] =
         static_cast<CUdeviceptr>(reinterpret_cast<std::uintptr_t>(nccl::utility::add4G(base, delta4g)));
   }
+  if (!unreachable.empty() && unreachable_out != nullptr) {
+    *unreachable_out = unreachable;
+    return {};
+  }
   if (!unreachable.empty()) {
     const int first = world_rank - team.rank;
     throw Error(
@@ -155,7 +159,8 @@ void SymmetricBuffer::check_arguments(ncclComm_t comm, std::size_t bytes) {
   }
 }
 
-SymmetricBuffer::SymmetricBuffer(ncclComm_t comm, std::size_t bytes) : comm_(comm), bytes_(bytes) {
+SymmetricBuffer::SymmetricBuffer(ncclComm_t comm, std::size_t bytes, Unreachable unreachable)
+    : comm_(comm), bytes_(bytes) {
   check_arguments(comm, bytes);
   mapped_bytes_ = (bytes + kWindowAlignment - 1) / kWindowAlignment * kWindowAlignment;
   check_nccl(ncclCommUserRank(comm, &rank_), "ncclCommUserRank", "SymmetricBuffer", comm);
@@ -234,6 +239,13 @@ SymmetricBuffer::SymmetricBuffer(ncclComm_t comm, std::size_t bytes) : comm_(com
     check_nccl(ncclCommWindowRegister(comm, memory_, mapped_bytes_, &window, NCCL_WIN_COLL_SYMMETRIC),
                "ncclCommWindowRegister", fmt::format("{}: NCCL_WIN_COLL_SYMMETRIC", who), comm);
     window_ = window;
+    if (window_ == nullptr && unreachable == Unreachable::report) {
+      why_unreachable_ = fmt::format(
+          "{}: ncclCommWindowRegister returned no window (symmetric memory unsupported on this communicator: "
+          "NCCL_CUMEM_ENABLE=0, or ranks on several nodes?)",
+          who);
+      return;
+    }
     if (window_ == nullptr) {
       throw Error(
           fmt::format("{}: ncclCommWindowRegister returned no window (symmetric memory unsupported on this "
@@ -263,7 +275,15 @@ SymmetricBuffer::SymmetricBuffer(ncclComm_t comm, std::size_t bytes) : comm_(com
     if (prefix.winHost == nullptr) {
       throw Error(fmt::format("{}: the window descriptor's winHost is null: {}", who, layout_hint()));
     }
-    peers_ = lsa_peer_addresses(view, team, rank_, size_);
+    std::vector<int> missing;
+    peers_ = lsa_peer_addresses(view, team, rank_, size_, unreachable == Unreachable::report ? &missing : nullptr);
+    if (!missing.empty()) {
+      const int first = rank_ - team.rank;
+      why_unreachable_ = fmt::format(
+          "ranks {} are not load/store accessible from rank {} (NCCL's LSA team of rank {} holds ranks {}..{} of {})",
+          rank_list(missing), rank_, rank_, first, first + team.ranks - 1, size_);
+      return;
+    }
     log().debug("{}: local 0x{:x}, LSA team {} of {}, flat base 0x{:x}, stride {} x 4 GiB", who, local_, team.rank,
                 team.ranks, view.lsa_flat_base, view.stride4g);
   } catch (...) {
@@ -282,7 +302,8 @@ SymmetricBuffer::SymmetricBuffer(SymmetricBuffer&& other) noexcept
       mapped_bytes_(std::exchange(other.mapped_bytes_, 0)),
       rank_(other.rank_),
       size_(other.size_),
-      peers_(std::move(other.peers_)) {}
+      peers_(std::move(other.peers_)),
+      why_unreachable_(std::move(other.why_unreachable_)) {}
 
 SymmetricBuffer::~SymmetricBuffer() { release(); }
 

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -49,11 +50,19 @@ struct LsaTeam {
 // Every world rank's copy of the window, indexed by world rank, as this GPU
 // addresses it. Throws Error naming the ranks outside this rank's LSA team
 // ("pooler needs every TP rank in one NVLink domain; ranks ... are not load/store
-// accessible"), and Error when the view contradicts the team or the
-// communicator (a sign that the loaded NCCL lays out ncclWindow_vidmem
-// differently from the headers pooler was built with). Pure arithmetic.
+// accessible"), unless `unreachable` is given: then those ranks go there and the
+// result is empty when there are any. Throws Error when the view contradicts the
+// team or the communicator (a sign that the loaded NCCL lays out
+// ncclWindow_vidmem differently from the headers pooler was built with). Pure
+// arithmetic.
 std::vector<CUdeviceptr> lsa_peer_addresses(const WindowView& window, const LsaTeam& team, int world_rank,
-                                            int world_size);
+                                            int world_size, std::vector<int>* unreachable = nullptr);
+
+// What a SymmetricBuffer does when some rank is not load/store reachable.
+enum class Unreachable {
+  fail,    // throw Error naming the ranks (the mailbox needs every peer)
+  report,  // construct anyway without peer addresses: reachable() is false, why_unreachable() says why
+};
 
 // One rank's share of a symmetric buffer. Construction and destruction are
 // collective over the communicator: every rank must construct its buffer with
@@ -83,7 +92,7 @@ class SymmetricBuffer {
   // multiple of kGranule. No NCCL or CUDA call.
   static void check_arguments(ncclComm_t comm, std::size_t bytes);
 
-  SymmetricBuffer(ncclComm_t comm, std::size_t bytes);
+  SymmetricBuffer(ncclComm_t comm, std::size_t bytes, Unreachable unreachable = Unreachable::fail);
   ~SymmetricBuffer();
   SymmetricBuffer(SymmetricBuffer&& other) noexcept;
   SymmetricBuffer& operator=(SymmetricBuffer&&) = delete;
@@ -98,6 +107,11 @@ class SymmetricBuffer {
   const std::vector<CUdeviceptr>& peers() const { return peers_; }
   // peers()[rank], with the rank checked.
   CUdeviceptr peer(int rank) const;
+  // Whether every rank's copy is load/store accessible from this GPU (always true
+  // with Unreachable::fail); when false, peers() is empty and why_unreachable()
+  // names the ranks (or says that NCCL gave no window).
+  bool reachable() const { return why_unreachable_.empty(); }
+  const std::string& why_unreachable() const { return why_unreachable_; }
   // The size asked for (NCCL maps at least this much, rounded up to 4 KiB).
   std::size_t bytes() const { return bytes_; }
   int rank() const { return rank_; }
@@ -121,6 +135,7 @@ class SymmetricBuffer {
   int rank_ = 0;
   int size_ = 0;
   std::vector<CUdeviceptr> peers_;
+  std::string why_unreachable_;
 };
 
 }  // namespace pooler
