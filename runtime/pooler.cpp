@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "runtime/comm/nccl.hpp"
 #include "runtime/jit/driver.hpp"
 #include "runtime/pooler_impl.hpp"
 #include "runtime/tensor_view.hpp"
@@ -12,6 +13,7 @@ namespace pooler {
 
 int Pooler::rank() const { return impl_->rank; }
 int Pooler::tp() const { return impl_->tp; }
+Transport Pooler::transport() const { return impl_->transport; }
 int Pooler::device() const { return impl_->ordinal; }
 const PoolerOptions& Pooler::options() const { return impl_->options; }
 std::vector<std::string> Pooler::forms() const { return impl_->form_lines; }
@@ -21,6 +23,9 @@ void Pooler::check() const { impl_->check_usable(); }
 void Pooler::Impl::check_usable() const {
   if (failed) {
     throw Error(fmt::format("Pooler rank {} is unusable after an earlier failure ({}); rebuild it", rank, failure));
+  }
+  if (!state) {
+    return;  // the nccl transport: no mailbox, no timeout record (NCCL's own timeouts apply)
   }
   const TimeoutRecord record = state->record();
   if (record.flag != 0u) {
@@ -75,7 +80,7 @@ void Pooler::Impl::check_out(const TensorView& view, const char* call, const cha
 
 void Pooler::Impl::check_outputs(int layer, int b, const ExpertInput& out, const char* call) const {
   const std::int64_t pooled = options.pooled;
-  if (nvfp4_of_layer[static_cast<std::size_t>(layer)] != nullptr) {
+  if (options.layers[static_cast<std::size_t>(layer)].nvfp4()) {
     check_out(out.packed, call, "out.packed (NVFP4 layer)", DType::u8, b, pooled / 2);
     check_out(out.scales, call, "out.scales (NVFP4 layer)", DType::e4m3, b, pooled / 16);
   } else {
@@ -86,7 +91,7 @@ void Pooler::Impl::check_outputs(int layer, int b, const ExpertInput& out, const
 ExpertInput Pooler::Impl::scratch_outputs(int layer, int b) const {
   ExpertInput out;
   const int pooled = options.pooled;
-  if (nvfp4_of_layer[static_cast<std::size_t>(layer)] != nullptr) {
+  if (options.layers[static_cast<std::size_t>(layer)].nvfp4()) {
     out.packed = TensorView::matrix(packed.get(), DType::u8, b, pooled / 2);
     out.scales = TensorView::matrix(scales.get(), DType::e4m3, b, pooled / 16);
   } else {
@@ -99,7 +104,10 @@ void Pooler::Impl::project_and_publish(const PoolerLayer& spec, const TensorView
                                        CUstream stream) {
   const int b = static_cast<int>(x.shape[0]);
   ensure_current(context->get());
-  if (options.fuse_publish) {
+  if (transport == Transport::nccl) {
+    gemm.launch(stream, x.data, spec.weight.data, shard.get(), options.enable_pdl);
+    all_gather(shard.get(), b, stream);
+  } else if (options.fuse_publish) {
     // One kernel boundary less: the GEMM's epilogue stores into every mailbox.
     fused_by_rows[static_cast<std::size_t>(b)]->launch_publish(stream, x.data, spec.weight.data, shard.get(), peers,
                                                                state->state(), rank, options.enable_pdl);
@@ -109,11 +117,40 @@ void Pooler::Impl::project_and_publish(const PoolerLayer& spec, const TensorView
   }
 }
 
+// The nccl transport's publish: this rank's first b rows of `block` into every rank's
+// `gathered` ([tp][b][P / tp]), on the caller's stream. Formats only on failure.
+void Pooler::Impl::all_gather(CUdeviceptr block, int b, CUstream stream) const {
+  const std::size_t count = static_cast<std::size_t>(b) * static_cast<std::size_t>(layout.width());
+  const ncclResult_t result = ncclAllGather(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(block)),
+                                            reinterpret_cast<void*>(static_cast<std::uintptr_t>(gathered.get())), count,
+                                            ncclBfloat16, comm, stream);
+  if (result != ncclSuccess) {
+    check_nccl(result, "ncclAllGather", fmt::format("Pooler rank {}: publishing {} rows", rank, b), comm);
+  }
+}
+
 // The consumer of `layer` into `out` (checked by the caller).
 ExpertInput Pooler::Impl::gather_to(int layer, int b, const ExpertInput& out, CUstream stream) {
   const PoolerLayer& spec = options.layers[static_cast<std::size_t>(layer)];
   ensure_current(context->get());
   ExpertInput result;
+  if (transport == Transport::nccl) {
+    // Launched without PDL: it follows NCCL's work, which never triggers dependents
+    // (at tp = 1 NCCL copies with cudaMemcpyAsync, not a kernel). Its own early
+    // trigger still lets the next GEMM start with PDL.
+    const bool nvfp4 = spec.nvfp4();
+    gathered_of_layer[static_cast<std::size_t>(layer)]->launch(
+        stream, gathered.get(), spec.norm_weight.data, nvfp4 ? spec.global_scale->data : 0, nvfp4 ? out.packed.data : 0,
+        nvfp4 ? out.scales.data : 0, nvfp4 ? 0 : out.normed.data, b, false);
+    result.nvfp4 = nvfp4;
+    if (nvfp4) {
+      result.packed = out.packed;
+      result.scales = out.scales;
+    } else {
+      result.normed = out.normed;
+    }
+    return result;
+  }
   if (const Nvfp4ConsumerLauncher* consumer = nvfp4_of_layer[static_cast<std::size_t>(layer)]) {
     consumer->launch(stream, spec.norm_weight.data, spec.global_scale->data, out.packed.data, out.scales.data, b, layer,
                      options.enable_pdl);
@@ -162,7 +199,11 @@ void Pooler::publish(const TensorView& block, CUstream stream) {
   s.gemm_for(b, "publish", stream);
   s.check_out(block, "publish", "block", DType::bf16, b, s.layout.width());
   ensure_current(s.context->get());
-  s.publisher->launch(stream, block.data, b, s.options.enable_pdl);
+  if (s.transport == Transport::nccl) {
+    s.all_gather(block.data, b, stream);
+  } else {
+    s.publisher->launch(stream, block.data, b, s.options.enable_pdl);
+  }
 }
 
 ExpertInput Pooler::gather(int layer, int b, CUstream stream) {

@@ -15,6 +15,7 @@
 #include "runtime/comm/mailbox.hpp"
 #include "runtime/comm/symmetric_buffer.hpp"
 #include "runtime/gather/gather_kernels.hpp"
+#include "runtime/gather/gathered_consumer.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/jit/device.hpp"
 #include "runtime/jit/kernel.hpp"
@@ -41,9 +42,12 @@ struct Pooler::Impl {
   MailboxLayout layout;
   std::optional<Stream> setup_stream;
   // Order matters for destruction: kernels before the memory they point into.
-  std::optional<SymmetricBuffer> mailbox;
-  std::optional<MailboxState> state;
+  std::optional<SymmetricBuffer> mailbox;  // lamport transport only
+  std::optional<MailboxState> state;       // lamport transport only
   DeviceBuffer shard, packed, scales, rows, normed;
+  DeviceBuffer gathered;  // nccl transport only: the all-gather's [tp][b][P / tp] rows, at capacity rows per rank
+  Transport transport = Transport::lamport;  // the one taken (choose_transport)
+  std::string transport_reason;
   std::vector<std::unique_ptr<LoadedForm>> loaded;
   std::vector<std::unique_ptr<PoolerGemm>> gemm_by_rows;   // index b; null where b is not compiled
   std::vector<std::unique_ptr<PoolerGemm>> fused_by_rows;  // the publishing GEMMs, when options.fuse_publish
@@ -51,8 +55,10 @@ struct Pooler::Impl {
   std::optional<PublishLauncher> publisher;
   std::map<NormKey, Nvfp4ConsumerLauncher> nvfp4_consumers;
   std::map<NormKey, Bf16ConsumerLauncher> bf16_consumers;
-  std::vector<const Nvfp4ConsumerLauncher*> nvfp4_of_layer;  // per layer; null for edge layers
-  std::vector<const Bf16ConsumerLauncher*> bf16_of_layer;    // per layer; null for NVFP4 layers
+  std::vector<const Nvfp4ConsumerLauncher*> nvfp4_of_layer;                         // per layer; null for edge layers
+  std::vector<const Bf16ConsumerLauncher*> bf16_of_layer;                           // per layer; null for NVFP4 layers
+  std::map<std::pair<bool, NormKey>, GatheredConsumerLauncher> gathered_consumers;  // nccl: by (nvfp4, norm)
+  std::vector<const GatheredConsumerLauncher*> gathered_of_layer;                   // nccl: per layer
   std::vector<std::string> form_lines;
   // Set by check_usable() (const) when it finds a timeout record: the Pooler,
   // like a CUDA stream, is used from one thread at a time.
@@ -64,8 +70,13 @@ struct Pooler::Impl {
   std::string configuration_text() const;
   void agree_on_configuration(const std::string& local_error);
   void barrier(const char* why);
-  void compile();
+  void compile(Transport forms_for);
   void load();
+  void load_mailbox();
+  void load_gathered();
+  std::vector<int> gather_flags(int mine, const char* why);
+  void choose_transport_collectively();
+  void all_gather(CUdeviceptr block, int b, CUstream stream) const;
   void agree_on_success(const std::string& local_error, const char* step);
   PoolerForms plan;
   std::vector<Lookup> lookups;

@@ -1,5 +1,6 @@
 // The Pooler's collective construction, destruction and warm-up: validate, compile,
-// agree on the configuration, build the mailbox, load the kernels (pooler_impl.hpp).
+// agree on the configuration, choose the transport (and build the mailbox), load the
+// kernels (pooler_impl.hpp).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include "runtime/jit/sha256.hpp"
 #include "runtime/pooler_impl.hpp"
 #include "runtime/tensor_view.hpp"
+#include "runtime/transport.hpp"
 
 namespace pooler {
 
@@ -50,6 +52,7 @@ void Pooler::Impl::validate_locally() {
                                         b, std::min(o.capacity, kMaxGemmRows), kMaxGemmRows));
     }
   }
+  check_transport(o.transport);
   if (o.spin_timeout.count() <= 0) {
     throw InvalidArgument(fmt::format("Pooler: spin_timeout {} ns must be positive", o.spin_timeout.count()));
   }
@@ -78,7 +81,8 @@ std::string Pooler::Impl::configuration_text() const {
                                  o.capacity, o.enable_pdl, o.spin_timeout.count());
   for (int b : batches) text += fmt::format("{},", b);
   if (o.gemm_shape) text += " gemm=" + describe(*o.gemm_shape);
-  text += fmt::format(" fuse_publish={} one_round_trip_consumer={}", o.fuse_publish, one_round_trip);
+  text += fmt::format(" fuse_publish={} one_round_trip_consumer={} transport={}", o.fuse_publish, one_round_trip,
+                      to_string(o.transport));
   text += fmt::format(" layers={}:", o.layers.size());
   for (const PoolerLayer& layer : o.layers) {
     text +=
@@ -125,7 +129,7 @@ void Pooler::Impl::agree_on_configuration(const std::string& local_error) {
   if (!different.empty()) {
     throw InvalidArgument(
         fmt::format("Pooler rank {}: rank(s) {} passed a different configuration than this rank ({}); "
-                    "every rank must pass the same layers, batches, capacity, PDL, timeout, H and P",
+                    "every rank must pass the same layers, batches, capacity, PDL, timeout, H, P and transport",
                     rank, fmt::join(different, ", "), configuration_text()));
   }
 }
@@ -160,9 +164,11 @@ void Pooler::Impl::barrier(const char* why) {
   setup_stream->synchronize();
 }
 
-// Compiles (or finds in the caches) every form: local work, done before the
-// configuration vote so that a compile error is voted on like bad input.
-void Pooler::Impl::compile() {
+// Compiles (or finds in the caches) every form of transport `forms_for` (lamport
+// or nccl): local work, done before the configuration vote so that a compile error
+// is voted on like bad input. Again after the vote when automatic took nccl (the
+// GEMMs are then memory-cache hits; a compile error is voted on with the loading).
+void Pooler::Impl::compile(Transport forms_for) {
   const PoolerOptions& o = options;
   PoolerConfig config;
   config.hidden = o.hidden;
@@ -174,27 +180,40 @@ void Pooler::Impl::compile() {
   config.fuse_publish = o.fuse_publish;
   one_round_trip = one_round_trip_consumer(o);
   config.one_round_trip_consumer = one_round_trip;
+  config.mailbox = forms_for != Transport::nccl;
+  config.gathered = forms_for == Transport::nccl;
   for (const PoolerLayer& layer : o.layers) {
     (layer.nvfp4() ? config.nvfp4_norms : config.edge_norms).push_back(NormConstants{layer.eps, layer.gain_center});
   }
   plan = pooler_forms(config);
   lookups = KernelCache::global().get_all(plan.forms, architecture);
+  form_lines.clear();
   for (std::size_t i = 0; i < plan.forms.size(); ++i) {
     form_lines.push_back(fmt::format("{} ({}): {}", plan.forms[i].name(), architecture, to_string(lookups[i].origin)));
   }
 }
 
-// Loads every compiled form and binds the launchers to the mailbox.
+// Loads the GEMMs, then the forms of the transport taken, bound to its memory.
 void Pooler::Impl::load() {
+  const PoolerOptions& o = options;
+  gemm_by_rows.resize(static_cast<std::size_t>(o.capacity) + 1);
+  for (std::size_t i = 0; i < plan.batches.size(); ++i) {
+    gemm_by_rows[static_cast<std::size_t>(plan.batches[i])] =
+        std::make_unique<PoolerGemm>(*lookups[i].entry, context->get(), plan.gemm_plans[i]);
+  }
+  if (transport == Transport::nccl) {
+    load_gathered();
+  } else {
+    load_mailbox();
+  }
+}
+
+// The lamport transport: the publishing GEMMs, the publish and the mailbox consumers.
+void Pooler::Impl::load_mailbox() {
   const PoolerOptions& o = options;
   const CUcontext ctx = context->get();
   const MailboxBinding binding = state->binding(mailbox->local());
   const auto timeout_ns = static_cast<unsigned long long>(o.spin_timeout.count());
-  gemm_by_rows.resize(static_cast<std::size_t>(o.capacity) + 1);
-  for (std::size_t i = 0; i < plan.batches.size(); ++i) {
-    gemm_by_rows[static_cast<std::size_t>(plan.batches[i])] =
-        std::make_unique<PoolerGemm>(*lookups[i].entry, ctx, plan.gemm_plans[i]);
-  }
   auto load = [&](std::size_t index) -> const LoadedForm& {
     loaded.push_back(std::make_unique<LoadedForm>(*lookups[index].entry, ctx));
     return *loaded.back();
@@ -223,12 +242,67 @@ void Pooler::Impl::load() {
   }
 }
 
+// The nccl transport: the all-gather's receive buffer and the consumers that read it.
+void Pooler::Impl::load_gathered() {
+  const PoolerOptions& o = options;
+  gathered = DeviceBuffer(static_cast<std::size_t>(tp) * static_cast<std::size_t>(o.capacity) *
+                          static_cast<std::size_t>(layout.width()) * 2);
+  auto add = [&](std::size_t index, const NormConstants& norm, bool nvfp4) {
+    loaded.push_back(std::make_unique<LoadedForm>(*lookups[index].entry, context->get()));
+    gathered_consumers.emplace(std::make_pair(nvfp4, norm_key(norm)),
+                               GatheredConsumerLauncher(*loaded.back(), o.pooled, tp, nvfp4, o.capacity));
+  };
+  for (std::size_t i = 0; i < plan.nvfp4_norms.size(); ++i)
+    add(plan.first_gathered_nvfp4 + i, plan.nvfp4_norms[i], true);
+  for (std::size_t i = 0; i < plan.edge_norms.size(); ++i) add(plan.first_gathered_edge + i, plan.edge_norms[i], false);
+  for (const PoolerLayer& layer : o.layers) {
+    gathered_of_layer.push_back(&gathered_consumers.at(std::make_pair(layer.nvfp4(), norm_key(layer))));
+  }
+}
+
+// Every rank's `mine`, in rank order (one ncclAllGather on the setup stream).
+std::vector<int> Pooler::Impl::gather_flags(int mine, const char* why) {
+  DeviceBuffer send(sizeof(int));
+  DeviceBuffer receive(sizeof(int) * static_cast<std::size_t>(tp));
+  send.upload(&mine, sizeof(mine));
+  check_nccl(ncclAllGather(reinterpret_cast<const void*>(send.get()), reinterpret_cast<void*>(receive.get()), 1,
+                           ncclInt32, comm, setup_stream->get()),
+             "ncclAllGather", fmt::format("Pooler rank {}: {}", rank, why), comm);
+  setup_stream->synchronize();
+  std::vector<int> all(static_cast<std::size_t>(tp));
+  receive.download(all.data(), receive.bytes());
+  return all;
+}
+
+// The transport every rank takes. Unless nccl was asked for, the mailbox's window is
+// mapped (collective) and every rank says whether it reaches every peer by load and
+// store; all take the same decision from the same votes. When it is nccl, the window
+// is released again on every rank (collective too).
+void Pooler::Impl::choose_transport_collectively() {
+  const Transport requested = options.transport;
+  std::vector<int> reachable(static_cast<std::size_t>(tp), 1);
+  std::string local_reason;
+  if (requested != Transport::nccl) {
+    mailbox.emplace(comm, layout.bytes(), Unreachable::report);
+    local_reason = mailbox->why_unreachable();
+    reachable = gather_flags(mailbox->reachable() ? 1 : 0, "voting on load/store reachability");
+  }
+  const TransportChoice choice = choose_transport(requested, reachable, local_reason);  // alike on every rank
+  transport = choice.transport;
+  transport_reason = choice.reason;
+  if (transport == Transport::nccl && mailbox) {
+    mailbox.reset();
+  }
+}
+
 Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
+  // The environment first: without the opt-in, a process where NCCL may use NVLink
+  // multicast is refused whatever the arguments, before any collective.
+  check_nvls(options.allow_nvls);
   if (comm == nullptr) {
     throw InvalidArgument("Pooler: the NCCL communicator is null");
   }
-  require_nvls_disabled();
   s.comm = comm;
   s.options = std::move(options);
   check_nccl(ncclCommCount(comm, &s.tp), "ncclCommCount", "Pooler", comm);
@@ -246,7 +320,7 @@ Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<
   try {
     s.layout = MailboxLayout::make(s.options.pooled, s.tp, s.options.capacity);
     s.validate_locally();
-    s.compile();
+    s.compile(s.options.transport == Transport::nccl ? Transport::nccl : Transport::lamport);
     const std::size_t capacity = static_cast<std::size_t>(s.options.capacity);
     const std::size_t pooled = static_cast<std::size_t>(s.options.pooled);
     s.shard = DeviceBuffer(capacity * static_cast<std::size_t>(s.layout.width()) * 2);
@@ -263,21 +337,28 @@ Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<
     std::rethrow_exception(local_failure);  // this rank's own error, as raised
   }
 
-  // Collective (NCCL's own): the symmetric window, then the peers' addresses.
-  s.mailbox.emplace(comm, s.layout.bytes());
+  // Collective (NCCL's own): the symmetric window, the peers' addresses and the
+  // reachability vote, unless nccl was asked for; every rank takes the same transport.
+  s.choose_transport_collectively();
   local_error.clear();
   try {
-    fill_mailbox_sentinel(s.mailbox->local(), s.layout, s.setup_stream->get());
-    s.state.emplace(s.setup_stream->get());
+    if (s.transport == Transport::nccl && s.options.transport != Transport::nccl) {
+      s.compile(Transport::nccl);  // auto took nccl: its consumers (the GEMMs are memory-cache hits)
+    }
+    if (s.transport == Transport::lamport) {
+      fill_mailbox_sentinel(s.mailbox->local(), s.layout, s.setup_stream->get());
+      s.state.emplace(s.setup_stream->get());
+    }
     s.load();
     s.setup_stream->synchronize();
   } catch (const Error& error) {
     local_error = fmt::format("Pooler rank {}: {}", s.rank, error.what());
   }
   // Nobody publishes before every rank has filled its mailbox with the sentinel.
-  s.agree_on_success(local_error, "preparing the mailbox and loading the kernels");
-  log().info("Pooler rank {} of {} on GPU {} ({}): {} layers, batches {}, {} forms", s.rank, s.tp, s.ordinal,
-             s.architecture, s.options.layers.size(), fmt::join(s.options.batches, ","), s.form_lines.size());
+  s.agree_on_success(local_error, "preparing the transport and loading the kernels");
+  log().info("Pooler rank {} of {} on GPU {} ({}): {} layers, batches {}, {} forms, transport {} ({})", s.rank, s.tp,
+             s.ordinal, s.architecture, s.options.layers.size(), fmt::join(s.options.batches, ","), s.form_lines.size(),
+             to_string(s.transport), s.transport_reason);
 }
 
 Pooler::~Pooler() {

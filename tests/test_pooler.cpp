@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <optional>
@@ -16,6 +17,7 @@
 #include "pooler/pooler.hpp"
 #include "runtime/jit/cubin_elf.hpp"
 #include "runtime/jit/kernel_cache.hpp"
+#include "runtime/transport.hpp"
 #include "support/forms.hpp"
 #include "support/process.hpp"
 #include "support/refusal.hpp"
@@ -192,12 +194,6 @@ TEST(PoolerLayer, RejectsABadGlobalScale) {
 
 // ---- the Pooler without a communicator -------------------------------------------------------------
 
-TEST(Pooler, NullCommunicatorIsInvalid) {
-  PoolerOptions options;
-  options.layers.push_back(pooler_layer(full_weight(), norm_weight(), 1e-5f, 1.0f, global_scale(), 2, 0));
-  expect_mentions(rejection([&] { Pooler pooler(nullptr, options); }), {"communicator", "null"});
-}
-
 TEST(Pooler, DefaultOptionsAreMuseSpark) {
   const PoolerOptions options;
   EXPECT_EQ(options.hidden, 8192);
@@ -206,6 +202,91 @@ TEST(Pooler, DefaultOptionsAreMuseSpark) {
   EXPECT_TRUE(options.enable_pdl);
   EXPECT_EQ(options.batches, std::vector<int>{8});
   EXPECT_GT(options.spin_timeout.count(), 0);
+  EXPECT_EQ(options.transport, Transport::automatic);
+  EXPECT_FALSE(options.allow_nvls);
+}
+
+// ---- transports and the NVLS opt-in -------------------------------------------------------------------
+
+// Sets (or, with nullptr, unsets) an environment variable for a scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name); old != nullptr) old_ = old;
+    value != nullptr ? ::setenv(name, value, 1) : ::unsetenv(name);
+  }
+  ~ScopedEnv() { old_ ? ::setenv(name_.c_str(), old_->c_str(), 1) : ::unsetenv(name_.c_str()); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> old_;
+};
+
+PoolerOptions one_layer() {
+  PoolerOptions options;
+  options.layers.push_back(pooler_layer(full_weight(), norm_weight(), 1e-5f, 1.0f, global_scale(), 2, 0));
+  return options;
+}
+
+// Without the opt-in, NCCL_NVLS_ENABLE other than 0 is refused before anything else
+// (the null communicator here); with it, construction goes on to the next check.
+TEST(Pooler, RefusesNvlsUnlessAllowed) {
+  for (const char* value : {static_cast<const char*>(nullptr), "1"}) {
+    SCOPED_TRACE(value == nullptr ? "unset" : value);
+    ScopedEnv env("NCCL_NVLS_ENABLE", value);
+    PoolerOptions options = one_layer();
+    try {
+      Pooler pooler(nullptr, options);
+      ADD_FAILURE() << "constructed";
+    } catch (const InvalidArgument& error) {
+      ADD_FAILURE() << "refused for another reason first: " << error.what();
+    } catch (const Error& error) {
+      expect_mentions(error.what(), {"NCCL_NVLS_ENABLE is", "expected \"0\""});
+    }
+    options.allow_nvls = true;
+    expect_mentions(rejection([&] { Pooler pooler(nullptr, options); }), {"communicator", "null"});
+  }
+}
+
+TEST(Pooler, NullCommunicatorIsInvalid) {
+  ScopedEnv env("NCCL_NVLS_ENABLE", "0");
+  expect_mentions(rejection([&] { Pooler pooler(nullptr, one_layer()); }), {"communicator", "null"});
+}
+
+TEST(Transport, NamesAndValues) {
+  EXPECT_STREQ(to_string(Transport::automatic), "auto");
+  EXPECT_STREQ(to_string(Transport::lamport), "lamport");
+  EXPECT_STREQ(to_string(Transport::nccl), "nccl");
+  EXPECT_NO_THROW(check_transport(Transport::nccl));
+  expect_mentions(rejection([] { check_transport(static_cast<Transport>(7)); }),
+                  {"transport 7", "auto (0)", "lamport (1)", "nccl (2)"});
+  expect_mentions(rejection([] { check_transport(static_cast<Transport>(-1)); }), {"transport -1"});
+}
+
+TEST(Transport, AutoTakesLamportOnlyWhenEveryRankReachesEveryPeer) {
+  TransportChoice choice = choose_transport(Transport::automatic, {1, 1, 1, 1}, "");
+  EXPECT_EQ(choice.transport, Transport::lamport);
+  expect_mentions(choice.reason, {"auto", "4 rank(s)"});
+  choice = choose_transport(Transport::automatic, {1}, "");
+  EXPECT_EQ(choice.transport, Transport::lamport);
+  choice = choose_transport(Transport::automatic, {1, 0, 1, 0}, "ranks 2, 3 are not load/store accessible");
+  EXPECT_EQ(choice.transport, Transport::nccl);
+  expect_mentions(choice.reason, {"auto", "rank(s) 1, 3", "here: ranks 2, 3"});
+}
+
+TEST(Transport, ForcedTransportsAreKept) {
+  EXPECT_EQ(choose_transport(Transport::nccl, {1, 1}, "").transport, Transport::nccl);
+  EXPECT_EQ(choose_transport(Transport::nccl, {0, 0}, "").transport, Transport::nccl);
+  EXPECT_EQ(choose_transport(Transport::lamport, {1, 1}, "").transport, Transport::lamport);
+  try {
+    choose_transport(Transport::lamport, {1, 0}, "");
+    ADD_FAILURE() << "lamport accepted with an unreachable rank";
+  } catch (const Error& error) {
+    expect_mentions(error.what(), {"lamport", "rank(s) 1", "Transport::nccl"});
+  }
+  EXPECT_THROW(choose_transport(static_cast<Transport>(3), {1}, ""), InvalidArgument);
 }
 
 // ---- the multi-GPU tests' kernels ---------------------------------------------------------------------

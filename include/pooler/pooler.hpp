@@ -65,6 +65,17 @@ struct POOLER_API PoolerLayer {
 POOLER_API PoolerLayer pooler_layer(const TensorView& weight, const TensorView& norm_weight, float eps,
                                     float gain_center, const std::optional<TensorView>& global_scale, int tp, int rank);
 
+// How the ranks exchange a layer's rows (docs/RUNTIME.md, "Deployments across hosts").
+enum class Transport {
+  automatic,  // the issue's `auto` (a C++ keyword): lamport when every rank reaches every other's memory by load
+              // and store (one NVLink domain), nccl otherwise; every rank decides alike at construction
+  lamport,    // the Lamport mailbox in an NCCL symmetric window (docs/design/protocol.md); construction fails on every
+              // rank when a rank is not load/store reachable
+  nccl,       // ncclAllGather of the projected blocks into a buffer, then a consumer that reads it: any communicator
+              // (across hosts, GPUs without peer access); no mailbox, PeerTimeout never raised (NCCL's own timeouts)
+};
+POOLER_API const char* to_string(Transport transport);  // "auto", "lamport", "nccl"
+
 struct POOLER_API PoolerOptions {
   std::vector<PoolerLayer> layers;
   std::vector<int> batches = {8};  // the b of run(); each gets a GEMM form
@@ -78,6 +89,10 @@ struct POOLER_API PoolerOptions {
   bool one_round_trip_consumer = true;  // gather()/run(): the consumer with one dependent round trip after its PDL
                                         // wait (false: the baseline consumer; same outputs);
                                         // POOLER_CONSUMER=baseline|one_round_trip overrides it
+  Transport transport = Transport::automatic;  // Pooler::transport() says which one construction took
+  bool allow_nvls = false;  // true: accept a process where NCCL may use NVLink multicast (NCCL_NVLS_ENABLE not 0) for
+                            // its own collectives; pooler itself never creates a multicast object. false (default):
+                            // construction refuses unless NCCL_NVLS_ENABLE=0
 };
 
 // What run() hands the experts. For an NVFP4 layer `packed` (U8 [b, P / 2]) and
@@ -148,6 +163,8 @@ class POOLER_API Pooler {
 
   int rank() const;
   int tp() const;
+  // The transport construction took: lamport or nccl (never automatic).
+  Transport transport() const;
   int device() const;
   const PoolerOptions& options() const;
   // The compiled forms, one line each ("gemm b=8 ...: from disk"), for logs.
