@@ -78,6 +78,8 @@ int main(int argc, char** argv) {
   FIELD(pooler_options, spin_timeout_ns);
   FIELD(pooler_options, hidden);
   FIELD(pooler_options, pooled);
+  FIELD(pooler_options, transport);
+  FIELD(pooler_options, allow_nvls);
   END();
   BEGIN(pooler_tensor);
   FIELD(pooler_tensor, data);
@@ -112,6 +114,9 @@ int main(int argc, char** argv) {
   CONSTANT(POOLER_DTYPE_F32);
   CONSTANT(POOLER_DTYPE_U8);
   CONSTANT(POOLER_DTYPE_E4M3);
+  CONSTANT(POOLER_TRANSPORT_AUTO);
+  CONSTANT(POOLER_TRANSPORT_LAMPORT);
+  CONSTANT(POOLER_TRANSPORT_NCCL);
   fprintf(out, "}\n");
   if (fclose(out) != 0) {
     perror(argv[1]);

@@ -34,8 +34,13 @@ static_assert(static_cast<int>(pooler::DType::bf16) == POOLER_DTYPE_BF16 &&
 // The layouts that Python's ctypes and other FFIs mirror (python/: checked at its build):
 // a change here is a new POOLER_ABI_VERSION.
 static_assert(sizeof(pooler_layer_desc) == 32 && offsetof(pooler_layer_desc, eps) == 24);
-static_assert(sizeof(pooler_options) == 56 && offsetof(pooler_options, spin_timeout_ns) == 40 &&
-              offsetof(pooler_options, pooled) == 52);
+static_assert(sizeof(pooler_options) == 64 && offsetof(pooler_options, spin_timeout_ns) == 40 &&
+              offsetof(pooler_options, pooled) == 52 && offsetof(pooler_options, transport) == 56 &&
+              offsetof(pooler_options, allow_nvls) == 60);
+static_assert(static_cast<int>(pooler::Transport::automatic) == POOLER_TRANSPORT_AUTO &&
+                  static_cast<int>(pooler::Transport::lamport) == POOLER_TRANSPORT_LAMPORT &&
+                  static_cast<int>(pooler::Transport::nccl) == POOLER_TRANSPORT_NCCL,
+              "pooler_transport mirrors pooler::Transport");
 static_assert(sizeof(pooler_tensor) == 32 && offsetof(pooler_tensor, dtype) == 24);
 static_assert(sizeof(pooler_expert_input) == 104 && offsetof(pooler_expert_input, packed) == 8);
 static_assert(sizeof(pooler_peer_timeout_info) == 32 && offsetof(pooler_peer_timeout_info, elapsed_ns) == 24);
@@ -230,6 +235,9 @@ pooler::PoolerOptions to_cpp(const pooler_options& c, int tp) {
   options.spin_timeout = std::chrono::nanoseconds(c.spin_timeout_ns);
   options.hidden = c.hidden;
   options.pooled = c.pooled;
+  // A value outside pooler_transport reaches the Pooler as is: it rejects it after the vote, on every rank.
+  options.transport = static_cast<pooler::Transport>(c.transport);
+  options.allow_nvls = c.allow_nvls != 0;
   options.batches.assign(c.batches, c.batches + c.num_batches);
   // The weight's expected shape: when P is not divisible by tp the Pooler
   // rejects P first, so the rounded-down row count is never what it checks.
@@ -390,6 +398,8 @@ pooler_status pooler_options_init(pooler_options* options) {
     options->spin_timeout_ns = static_cast<std::int64_t>(defaults.spin_timeout.count());
     options->hidden = defaults.hidden;
     options->pooled = defaults.pooled;
+    options->transport = static_cast<int>(defaults.transport);
+    options->allow_nvls = defaults.allow_nvls ? 1 : 0;
   });
 }
 
@@ -559,6 +569,14 @@ pooler_status pooler_info(pooler_t pooler, int* rank, int* tp, int* device) {
     *rank = pooler->pooler->rank();
     *tp = pooler->pooler->tp();
     *device = pooler->pooler->device();
+  });
+}
+
+pooler_status pooler_get_transport(pooler_t pooler, int* transport) {
+  return guarded("pooler_get_transport", pooler, [&] {
+    require_pooler(pooler);
+    require(transport, "transport", "a pointer to an int");
+    *transport = static_cast<int>(pooler->pooler->transport());
   });
 }
 

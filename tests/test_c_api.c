@@ -102,6 +102,8 @@ static void check_options(void) {
   CHECK(options.enable_pdl == 1);
   CHECK(options.spin_timeout_ns == 10000000000LL);
   CHECK(options.hidden == 8192 && options.pooled == 4096);
+  CHECK(options.transport == POOLER_TRANSPORT_AUTO && options.allow_nvls == 0);
+  CHECK(POOLER_TRANSPORT_AUTO == 0 && POOLER_TRANSPORT_LAMPORT == 1 && POOLER_TRANSPORT_NCCL == 2);
 }
 
 /* Every function that takes a handle refuses NULL, naming it. */
@@ -133,6 +135,7 @@ static void check_null_handles(void) {
   EXPECT_STATUS(pooler_check(NULL), POOLER_INVALID_ARGUMENT, "pooler is NULL");
   EXPECT_STATUS(pooler_peer_timeout(NULL, &info), POOLER_INVALID_ARGUMENT, "pooler is NULL");
   EXPECT_STATUS(pooler_info(NULL, &a, &b, &c), POOLER_INVALID_ARGUMENT, "pooler is NULL");
+  EXPECT_STATUS(pooler_get_transport(NULL, &a), POOLER_INVALID_ARGUMENT, "pooler is NULL");
   EXPECT_STATUS(pooler_form_count(NULL, &a), POOLER_INVALID_ARGUMENT, "pooler is NULL");
   EXPECT_STATUS(pooler_form(NULL, 0, &line), POOLER_INVALID_ARGUMENT, "pooler is NULL");
   EXPECT_OK(pooler_destroy(NULL));
@@ -419,7 +422,7 @@ static void gpu_part(void) {
   pooler_peer_timeout_info timeout;
   void* raw = NULL;
   const char* line = NULL;
-  int rank = -1, ranks = -1, ordinal = -1, forms = 0, i;
+  int rank = -1, ranks = -1, ordinal = -1, forms = 0, transport = -1, i;
 
   memset(driver, 0, sizeof(*driver));
   if (!open_driver(driver)) return;
@@ -495,10 +498,31 @@ static void gpu_part(void) {
   options.num_batches = -1;
   EXPECT_STATUS(pooler_create(&pooler, comm, &options), POOLER_INVALID_ARGUMENT, "options->num_batches is -1");
   options.num_batches = 2;
+  options.transport = 7;
+  EXPECT_STATUS(pooler_create(&pooler, comm, &options), POOLER_INVALID_ARGUMENT, "transport 7");
+  options.transport = POOLER_TRANSPORT_AUTO;
   CHECK(pooler == NULL);
+
+  /* The nccl transport, forced: the same outputs as the mailbox's (below). */
+  options.transport = POOLER_TRANSPORT_NCCL;
+  EXPECT_OK(pooler_create(&pooler, comm, &options));
+  if (pooler == NULL) return;
+  EXPECT_OK(pooler_get_transport(pooler, &transport));
+  CHECK(transport == POOLER_TRANSPORT_NCCL);
+  EXPECT_OK(pooler_warm_up(pooler));
+  run_and_check(driver, pooler, stream, x, 0, 0x4280, 0x4000);
+  run_and_check(driver, pooler, stream, x, 1, 0x4300, 0);
+  run_into_and_check(driver, pooler, stream, x);
+  EXPECT_OK(pooler_check(pooler));
+  EXPECT_OK(pooler_destroy(pooler));
+  pooler = NULL;
+  options.transport = POOLER_TRANSPORT_AUTO;
 
   EXPECT_OK(pooler_create(&pooler, comm, &options));
   if (pooler == NULL) return;
+  EXPECT_OK(pooler_get_transport(pooler, &transport));
+  CHECK(transport == POOLER_TRANSPORT_LAMPORT); /* one rank: its own memory is load/store reachable */
+  EXPECT_STATUS(pooler_get_transport(pooler, NULL), POOLER_INVALID_ARGUMENT, "transport is NULL");
   EXPECT_STATUS(pooler_comm_destroy(comm), POOLER_INVALID_ARGUMENT, "still has 1 Pooler");
   EXPECT_OK(pooler_info(pooler, &rank, &ranks, &ordinal));
   CHECK(rank == 0 && ranks == 1 && ordinal == 0);

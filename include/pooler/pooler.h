@@ -37,7 +37,7 @@ extern "C" {
 /* The ABI this header describes: the layout of every struct below and the
  * signature of every function. Compare it with pooler_abi_version() of the
  * library actually loaded. */
-#define POOLER_ABI_VERSION 2
+#define POOLER_ABI_VERSION 3
 
 typedef enum pooler_status {
   POOLER_OK = 0,
@@ -56,6 +56,13 @@ typedef enum pooler_dtype {
   POOLER_DTYPE_U8 = 2,
   POOLER_DTYPE_E4M3 = 3
 } pooler_dtype;
+
+/* How the ranks exchange a layer's rows (pooler::Transport). */
+typedef enum pooler_transport {
+  POOLER_TRANSPORT_AUTO = 0,    /* LAMPORT when every rank is load/store reachable (one NVLink domain), else NCCL */
+  POOLER_TRANSPORT_LAMPORT = 1, /* the Lamport mailbox in an NCCL symmetric window */
+  POOLER_TRANSPORT_NCCL = 2     /* ncclAllGather into a buffer, then the consumer: any communicator, across hosts */
+} pooler_transport;
 
 /* An NCCL communicator as pooler uses it: one this library created (and
  * destroys) or one the engine made (and keeps). */
@@ -89,6 +96,10 @@ typedef struct pooler_options {
   int64_t spin_timeout_ns; /* how long a consumer waits for a peer (default 10 s) */
   int hidden;              /* H, the GEMM's K (default 8192) */
   int pooled;              /* P, the pooled width (default 4096) */
+  /* Since ABI 3. */
+  int transport;  /* a pooler_transport (default POOLER_TRANSPORT_AUTO); pooler_get_transport says which was taken */
+  int allow_nvls; /* 1: accept NCCL_NVLS_ENABLE other than 0 (NCCL may use NVLink multicast for its own collectives;
+                     pooler creates no multicast object) with an adopted communicator; 0 (default): refuse */
 } pooler_options;
 
 /* A view of device memory: a contiguous row-major [rows, cols] matrix of
@@ -161,7 +172,8 @@ POOLER_C_API pooler_status pooler_comm_destroy(pooler_comm_t comm);
 /* ---- the Pooler ----------------------------------------------------------- */
 
 /* Fills `options` with the C++ API's defaults (no layers, batches {8},
- * capacity 32, PDL on, 10 s timeout, H 8192, P 4096). */
+ * capacity 32, PDL on, 10 s timeout, H 8192, P 4096, transport AUTO, NVLS
+ * refused). */
 POOLER_C_API pooler_status pooler_options_init(pooler_options* options);
 /* Collective: builds this rank's Pooler over `comm` (which must outlive it),
  * compiling or loading every kernel form. Every rank must pass the same
@@ -226,6 +238,9 @@ POOLER_C_API pooler_status pooler_peer_timeout(pooler_t pooler, pooler_peer_time
 
 /* This rank, the tensor-parallel size and the CUDA device. */
 POOLER_C_API pooler_status pooler_info(pooler_t pooler, int* rank, int* tp, int* device);
+/* The transport construction took: POOLER_TRANSPORT_LAMPORT or POOLER_TRANSPORT_NCCL
+ * (never AUTO). */
+POOLER_C_API pooler_status pooler_get_transport(pooler_t pooler, int* transport);
 /* The compiled forms, one line each ("gemm ... (sm_90): from disk"), for logs:
  * their number, and line `index`, valid until pooler_destroy. */
 POOLER_C_API pooler_status pooler_form_count(pooler_t pooler, int* count);

@@ -62,6 +62,10 @@ def test_pooler_layer_defaults_to_an_edge_layer():
     (dict(layers=[]), ValueError, "layers is empty"),
     (dict(layers=["w"]), TypeError, "layers\\[0\\] is a str"),
     (dict(spin_timeout_s=0), ValueError, "spin_timeout_s is 0"),
+    (dict(transport="mailbox"), ValueError, "transport is 'mailbox'; expected one of 'auto', 'lamport', 'nccl'"),
+    (dict(transport=None), ValueError, "transport is None"),
+    (dict(allow_nvls=1), TypeError, "allow_nvls is 1"),
+    (dict(allow_nvls=True), ValueError, "allow_nvls=True needs nccl_comm="),
 ])
 def test_bad_arguments_are_named(group, changes, error, text):
     with pytest.raises(error, match=text):
@@ -93,6 +97,9 @@ def test_nvlink_multicast_must_be_off(group, monkeypatch):
     with pytest.raises(pooler.PoolerError, match="NCCL_NVLS_ENABLE is 1"):
         build(group)
     assert os.environ["NCCL_NVLS_ENABLE"] == "1"
+    # The opt-in (with an engine's communicator) passes the NVLS check: what fails next is the layer.
+    with pytest.raises(ValueError, match=r"layers\[0\].weight is on meta"):
+        build(group, allow_nvls=True, nccl_comm=1)
 
 
 def test_group_must_be_a_process_group():

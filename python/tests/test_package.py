@@ -24,7 +24,7 @@ def test_version_is_the_projects():
 
 def test_library_is_bundled_and_speaks_this_abi():
     assert pooler.library_path().is_file()
-    assert pooler._library.library().pooler_abi_version() == _layout.ABI_VERSION == 2
+    assert pooler._library.library().pooler_abi_version() == _layout.ABI_VERSION == 3
 
 
 def test_layouts_are_the_c_compilers():

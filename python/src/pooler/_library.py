@@ -66,6 +66,7 @@ _SIGNATURES = {
     "pooler_check": [_handle],
     "pooler_peer_timeout": [_handle, ctypes.POINTER(_abi.PeerTimeoutInfo)],
     "pooler_info": [_handle, _int_p, _int_p, _int_p],
+    "pooler_get_transport": [_handle, _int_p],
     "pooler_form_count": [_handle, _int_p],
     "pooler_form": [_handle, _int, ctypes.POINTER(ctypes.c_char_p)],
 }

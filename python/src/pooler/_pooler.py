@@ -12,6 +12,8 @@ from . import _abi, _ops
 from ._library import PoolerError, call
 
 TPS = (1, 2, 4, 8)
+# transport= values and their pooler_transport codes (pooler.h).
+TRANSPORTS = {"auto": "POOLER_TRANSPORT_AUTO", "lamport": "POOLER_TRANSPORT_LAMPORT", "nccl": "POOLER_TRANSPORT_NCCL"}
 
 
 class PoolerLayer(NamedTuple):
@@ -119,17 +121,23 @@ class Pooler:
     is graph-capturable and allocates nothing; its outputs are views of scratch that the next
     call overwrites. Under torch.compile the calls go through torch.ops.pooler.* and return
     tensors of their own. Calls must run in the same order on every rank. `close()` (every
-    rank) releases it. Needs NCCL_NVLS_ENABLE=0 in the environment.
+    rank) releases it. Needs NCCL_NVLS_ENABLE=0 in the environment, unless `allow_nvls=True` with the
+    engine's `nccl_comm` (NCCL may then use NVLink multicast for its own collectives; pooler creates none).
+
+    `transport`: "auto" (default: "lamport" when every rank reaches every other's memory by load and
+    store, "nccl" otherwise; every rank decides alike), "lamport" (the mailbox) or "nccl" (an NCCL
+    all-gather; across hosts; never raises PeerTimeout). The `transport` property says which was taken.
     """
 
     def __init__(self, group, *, tp: int, rank: int, device, layers: Sequence[PoolerLayer],
                  batches: Sequence[int] = (8,), capacity: int = 32, enable_pdl: bool = True,
-                 spin_timeout_s: float = 10.0, nccl_comm=None):
+                 spin_timeout_s: float = 10.0, nccl_comm=None, transport: str = "auto", allow_nvls: bool = False):
         self._handle = ctypes.c_void_p()
         self._comm = ctypes.c_void_p()
         self._id = None
         error = None
         try:
+            self._validate_transport(transport, allow_nvls, nccl_comm)
             self._validate(group, tp, rank, device, layers, batches, capacity, enable_pdl, spin_timeout_s)
         except (TypeError, ValueError, PoolerError) as caught:
             error = caught
@@ -152,7 +160,7 @@ class Pooler:
         if group.size() != tp or group.rank() != rank:
             raise ValueError(f"group has {group.size()} ranks and this process is its rank {group.rank()}; "
                              f"expected tp = {tp} ranks and rank {rank}")
-        if os.environ.get("NCCL_NVLS_ENABLE") != "0":
+        if os.environ.get("NCCL_NVLS_ENABLE") != "0" and not self.allow_nvls:
             raise PoolerError(
                 f"NCCL_NVLS_ENABLE is {os.environ.get('NCCL_NVLS_ENABLE', 'unset')!s}: pooler never uses NVLink "
                 "multicast and refuses to start without NCCL_NVLS_ENABLE=0. Set it in the environment before "
@@ -196,6 +204,17 @@ class Pooler:
                               if isinstance(layer.global_scale, torch.Tensor) else layer.global_scale,
                               torch.float32, (1,), self.device, alignment=4)
         self._nvfp4 = tuple(layer.global_scale is not None for layer in self.layers)
+
+    def _validate_transport(self, transport, allow_nvls, nccl_comm):
+        if not isinstance(transport, str) or transport not in TRANSPORTS:
+            raise ValueError(f"transport is {transport!r}; expected one of {', '.join(map(repr, TRANSPORTS))}")
+        self.requested_transport = transport
+        if not isinstance(allow_nvls, bool):
+            raise TypeError(f"allow_nvls is {allow_nvls!r} ({type(allow_nvls).__name__}); expected a bool")
+        self.allow_nvls = allow_nvls
+        if allow_nvls and nccl_comm is None:
+            raise ValueError("allow_nvls=True needs nccl_comm= (the engine's communicator): the communicators "
+                             "pooler creates itself always refuse NVLink multicast")
 
     def _agree(self, group, error, device):
         if not isinstance(group, dist.ProcessGroup):
@@ -257,6 +276,8 @@ class Pooler:
         options.spin_timeout_ns = int(self.spin_timeout_s * 1e9)
         options.hidden = self.hidden
         options.pooled = self.pooled
+        options.transport = _abi.CONSTANTS[TRANSPORTS[self.requested_transport]]
+        options.allow_nvls = 1 if self.allow_nvls else 0
         call("pooler_create", ctypes.byref(self._handle), self._comm, ctypes.byref(options))
         block, outputs = _abi.Tensor(), _abi.ExpertInput()
         self._call("pooler_scratch", ctypes.byref(block), ctypes.byref(outputs))
@@ -441,6 +462,14 @@ class Pooler:
 
     def is_nvfp4(self, layer: int) -> bool:
         return self._nvfp4[self._check_layer(layer)]
+
+    @property
+    def transport(self) -> str:
+        """The transport construction took: "lamport" or "nccl" (never "auto")."""
+        code = ctypes.c_int()
+        self._call("pooler_get_transport", ctypes.byref(code))
+        names = {_abi.CONSTANTS[constant]: name for name, constant in TRANSPORTS.items()}
+        return names[code.value]
 
     @property
     def forms(self):
