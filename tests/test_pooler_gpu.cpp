@@ -47,6 +47,12 @@
 //   WarmUpOnEveryRank         warm_up() twice, calls checked after each
 //   DestructionLeavesTheCommunicatorUsable  ncclAllReduce after each of two Poolers
 //   PoolerGpuSingle.OneRankMatchesStock  tp = 1 on one GPU (communicator of one rank)
+//   NcclTransportMatchesStockAndLamport  (threads, processes, and tp = 1 as
+//                             PoolerGpuSingle.OneRankNcclTransportMatchesStockAndLamport)
+//                             Transport::nccl forced: every layer at every b, PDL on
+//                             and off; 1,000 calls with random b; the 62 layers in a
+//                             graph, 100 replays; then a lamport and an nccl Pooler on
+//                             one communicator, byte for byte, eager and 20 graph replays
 // A watchdog ends a test that outlives its limit, printing where each rank was.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -155,6 +161,7 @@ struct ModelSpec {
   bool pdl = true;
   bool fuse_publish = true;
   bool one_round_trip_consumer = true;
+  Transport transport = Transport::automatic;
 
   int set_of(int layer) const { return layer % sets; }
   bool nvfp4(int layer) const { return std::find(edge_layers.begin(), edge_layers.end(), layer) == edge_layers.end(); }
@@ -303,6 +310,7 @@ PoolerOptions options_for(const DeviceModel& model, const ModelSpec& spec, int t
   options.enable_pdl = spec.pdl;
   options.fuse_publish = spec.fuse_publish;
   options.one_round_trip_consumer = spec.one_round_trip_consumer;
+  options.transport = spec.transport;
   options.spin_timeout = spec.spin_timeout;
   options.hidden = kHidden;
   options.pooled = kPooled;
@@ -875,8 +883,7 @@ void every_form(const RankEnv& env) {
 
 // `count` calls in model order (layer = call % 62), b random per call; with
 // `delays`, before half of them a random rank spins 0-200 us.
-void many_calls(const RankEnv& env, int count, bool delays) {
-  const ModelSpec spec = full_model();
+void many_calls(const RankEnv& env, int count, bool delays, const ModelSpec& spec = full_model()) {
   const DeviceModel model(*env.host, env.stream);
   Harness harness(env, model, spec);
   PlanMaker maker(env.seed ^ (delays ? 0x3333ull : 0x4444ull), spec);
@@ -893,8 +900,7 @@ void many_calls(const RankEnv& env, int count, bool delays) {
 }
 
 // warm_up, then every layer in one CUDA graph, replayed; then eager calls again.
-void graph(const RankEnv& env, int replays) {
-  const ModelSpec spec = full_model();
+void graph(const RankEnv& env, int replays, const ModelSpec& spec = full_model()) {
   const DeviceModel model(*env.host, env.stream);
   Harness harness(env, model, spec);
   env.at("warm-up before capture");
@@ -1063,6 +1069,16 @@ void mismatched(const RankEnv& env) {
          if (rank == 0) o.batches = {1, 64};
        },
        false, [](int rank) { return std::string(rank == 0 ? "64" : "rejected"); }},
+      {"another transport on rank 1 (nccl against auto)",
+       [](PoolerOptions& o, int rank) {
+         if (rank == 1) o.transport = Transport::nccl;
+       },
+       false, [](int) { return std::string("different configuration"); }},
+      {"a transport outside the enum on rank 0",
+       [](PoolerOptions& o, int rank) {
+         if (rank == 0) o.transport = static_cast<Transport>(7);
+       },
+       false, [](int rank) { return std::string(rank == 0 ? "transport 7" : "rejected"); }},
       {"the same batches in another order (8, 1)",
        [](PoolerOptions& o, int rank) {
          if (rank == 1) o.batches = {8, 1};
@@ -1102,6 +1118,161 @@ void mismatched(const RankEnv& env) {
   harness.verify("calls after the rejected configurations");
 }
 
+// ---- the nccl transport -------------------------------------------------------------------------
+
+// The expert inputs of `out` (b rows) into `destination` (normed, or packed then
+// scales), on `stream`; their byte count.
+std::size_t copy_expert_input(const ExpertInput& out, int b, CUdeviceptr destination, CUstream stream) {
+  const std::size_t rows = sz(b);
+  if (out.nvfp4) {
+    POOLER_CU(cuMemcpyDtoDAsync(destination, out.packed.data, rows * kPooled / 2, stream), "copying the codes");
+    POOLER_CU(cuMemcpyDtoDAsync(destination + rows * kPooled / 2, out.scales.data, rows * kPooled / 16, stream),
+              "copying the scales");
+    return rows * kPooled / 2 + rows * kPooled / 16;
+  }
+  POOLER_CU(cuMemcpyDtoDAsync(destination, out.normed.data, rows * kPooled * 2, stream), "copying the normed rows");
+  return rows * kPooled * 2;
+}
+
+// A lamport and an nccl Pooler on the same communicator, fed the same calls (every
+// layer, b random per call), eagerly and in one CUDA graph replayed 20 times: their
+// outputs must be equal byte for byte. (They could differ only where a projected
+// value is -0.0, which the mailbox turns into +0.0: the model's x rows are either
+// random or all +0.0, whose products sum to +0.0, so no such value occurs.)
+void transports_agree(const RankEnv& env, const DeviceModel& model) {
+  ModelSpec spec = full_model();
+  spec.transport = Transport::lamport;
+  env.at("transports: constructing the lamport Pooler");
+  Pooler lamport(env.comm, options_for(model, spec, env.tp, env.rank));
+  spec.transport = Transport::nccl;
+  env.at("transports: constructing the nccl Pooler");
+  Pooler nccl(env.comm, options_for(model, spec, env.tp, env.rank));
+  if (lamport.transport() != Transport::lamport || nccl.transport() != Transport::nccl) {
+    env.problem(fmt::format("transports: the Poolers took {} and {}; expected lamport and nccl",
+                            to_string(lamport.transport()), to_string(nccl.transport())));
+  }
+  lamport.warm_up();
+  nccl.warm_up();
+  const testing::DeviceComparer comparer(env.context, env.architecture);
+  PlanMaker maker(env.seed ^ 0x9999ull, spec);
+  std::vector<CallPlan> plans;
+  for (int layer = 0; layer < spec.layers; ++layer) plans.push_back(maker.make(layer, maker.any_batch()));
+  std::vector<DeviceBuffer> from_lamport, from_nccl;
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    from_lamport.emplace_back(sz(spec.capacity) * sz(kPooled) * 2);
+    from_nccl.emplace_back(sz(spec.capacity) * sz(kPooled) * 2);
+  }
+  unsigned long long per_pass = 0;
+  // One pass: both Poolers on every call, the copies poisoned first, then compared.
+  auto pass = [&](CUstream stream, unsigned char poison) {
+    per_pass = 0;
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      const CallPlan& plan = plans[i];
+      const TensorView x = TensorView::matrix(model.x(plan.x_row), DType::bf16, plan.b, kHidden);
+      POOLER_CU(cuMemsetD8Async(from_lamport[i].get(), poison, from_lamport[i].bytes(), stream), "poison");
+      POOLER_CU(
+          cuMemsetD8Async(from_nccl[i].get(), static_cast<unsigned char>(poison ^ 0xFF), from_nccl[i].bytes(), stream),
+          "poison");
+      const std::size_t bytes =
+          copy_expert_input(lamport.run(plan.layer, x, stream), plan.b, from_lamport[i].get(), stream);
+      copy_expert_input(nccl.run(plan.layer, x, stream), plan.b, from_nccl[i].get(), stream);
+      comparer.bytes(stream, from_nccl[i].get(), from_lamport[i].get(), static_cast<int>(bytes),
+                     static_cast<std::uint32_t>(i));
+      per_pass += bytes;
+    }
+  };
+  auto expect_equal = [&](const std::string& what, unsigned long long compared, unsigned launches) {
+    const CompareCounters counters = comparer.read(env.stream);
+    if (counters.mismatches != 0 || counters.compared != compared || counters.launches != launches) {
+      const CompareMismatch& first = counters.first[0];
+      env.problem(
+          fmt::format("transports, {}: {} mismatching bytes of {} compared (expected {}), {} launches "
+                      "(expected {}); first: call {} ({}), byte {}: nccl 0x{:02x}, lamport 0x{:02x}",
+                      what, counters.mismatches, counters.compared, compared, counters.launches, launches, first.tag,
+                      describe(plans[std::min<std::size_t>(first.tag, plans.size() - 1)], spec), first.index,
+                      first.fused, first.stock));
+    }
+    comparer.reset(env.stream);
+    lamport.check();
+    nccl.check();
+  };
+  env.at("transports: eager calls");
+  comparer.reset(env.stream);
+  pass(env.stream, 0x3C);
+  expect_equal("eager", per_pass, static_cast<unsigned>(plans.size()));
+
+  env.at("transports: capturing both Poolers' calls");
+  CUgraph graph = nullptr;
+  POOLER_CU(cuStreamBeginCapture(env.stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "capturing both transports");
+  try {
+    pass(env.stream, 0xC3);
+    POOLER_CU(cuStreamEndCapture(env.stream, &graph), "capturing both transports");
+  } catch (...) {
+    CUgraph broken = nullptr;
+    (void)driver().cuStreamEndCapture(env.stream, &broken);
+    if (broken != nullptr) (void)driver().cuGraphDestroy(broken);
+    throw;
+  }
+  CUgraphExec exec = nullptr;
+  const CUresult instantiated = driver().cuGraphInstantiateWithFlags(&exec, graph, 0);
+  struct Release {
+    CUgraph graph;
+    CUgraphExec* exec;
+    ~Release() {
+      if (*exec != nullptr) (void)driver().cuGraphExecDestroy(*exec);
+      (void)driver().cuGraphDestroy(graph);
+    }
+  } release{graph, &exec};
+  check(instantiated, "cuGraphInstantiateWithFlags", "the graph of both transports");
+  constexpr int kReplays = 20;
+  env.at("transports: replaying");
+  for (int replay = 0; replay < kReplays; ++replay) {
+    POOLER_CU(cuGraphLaunch(exec, env.stream), fmt::format("replay {}", replay));
+  }
+  expect_equal(fmt::format("{} graph replays", kReplays), per_pass * kReplays,
+               static_cast<unsigned>(plans.size()) * kReplays);
+  env.say(fmt::format("transports: lamport and nccl agree on {} calls, eagerly and over {} graph replays", plans.size(),
+                      kReplays));
+}
+
+// The nccl transport forced, against the stock path: every layer at every b with
+// PDL on and off, 1,000 calls with random b, all layers in a graph; then against the
+// lamport transport (transports_agree).
+void nccl_transport(const RankEnv& env) {
+  ModelSpec base = full_model();
+  base.transport = Transport::nccl;
+  const DeviceModel model(*env.host, env.stream);
+  for (bool pdl : {true, false}) {
+    ModelSpec spec = base;
+    spec.pdl = pdl;
+    const std::string what = fmt::format("nccl transport, every form, PDL {}", pdl ? "on" : "off");
+    Harness harness(env, model, spec);
+    if (harness.pooler().transport() != Transport::nccl) {
+      env.problem(fmt::format("{}: the Pooler took transport {}", what, to_string(harness.pooler().transport())));
+    }
+    // GEMMs, the gathered NVFP4 consumers for eps 1e-5 and 0.25, one gathered BF16 consumer.
+    const std::size_t expected_forms = spec.batches.size() + 2 + 1;
+    const std::vector<std::string> forms = harness.pooler().forms();
+    if (forms.size() != expected_forms) {
+      env.problem(fmt::format("{}: the Pooler compiled {} forms, expected {}", what, forms.size(), expected_forms));
+    }
+    if (env.rank == 0 && pdl) {
+      for (const std::string& line : forms) env.say("form " + line);
+    }
+    PlanMaker maker(env.seed ^ (pdl ? 0xAAAAull : 0xBBBBull), spec);
+    harness.discover(maker);
+    std::vector<CallPlan> plans;
+    for (int b : spec.batches) {
+      for (int layer = 0; layer < spec.layers; ++layer) plans.push_back(maker.make(layer, b));
+    }
+    harness.run_calls(plans, what, pdl);
+    harness.verify(what);
+  }
+  many_calls(env, 1'000, false, base);
+  graph(env, 100, base);
+  transports_agree(env, model);
+}
+
 // Two Poolers one after the other on one communicator (the second with another
 // capacity and batches); after each is destroyed, an all-reduce still works.
 void destruction(const RankEnv& env) {
@@ -1136,7 +1307,8 @@ enum class Scenario {
   mismatched,
   warm_up,
   destruction,
-  one_rank
+  one_rank,
+  nccl
 };
 
 struct ScenarioInfo {
@@ -1157,6 +1329,7 @@ const std::vector<ScenarioInfo>& scenarios() {
       {Scenario::warm_up, "warm_up", 8, std::chrono::seconds(200)},
       {Scenario::destruction, "destruction", 2, std::chrono::seconds(150)},
       {Scenario::one_rank, "one_rank", 8, std::chrono::seconds(300)},
+      {Scenario::nccl, "nccl", 8, std::chrono::seconds(400)},
   };
   return all;
 }
@@ -1193,6 +1366,8 @@ void run_scenario(Scenario scenario, const RankEnv& env) {
       return warm_up_twice(env);
     case Scenario::destruction:
       return destruction(env);
+    case Scenario::nccl:
+      return nccl_transport(env);
     case Scenario::one_rank:
       every_form(env);
       many_calls(env, 1'000, false);
@@ -1345,6 +1520,20 @@ TEST(PoolerGpuProcesses, DestructionLeavesTheCommunicatorUsable) {
 TEST(PoolerGpuSingle, OneRankMatchesStock) {
   POOLER_REQUIRE_GPUS(1);
   run_in_threads(Scenario::one_rank, 1);
+}
+
+// The nccl transport forced: against the stock path and the lamport transport.
+TEST(PoolerGpuSingle, OneRankNcclTransportMatchesStockAndLamport) {
+  POOLER_REQUIRE_GPUS(1);
+  run_in_threads(Scenario::nccl, 1);
+}
+TEST(PoolerGpuThreads, NcclTransportMatchesStockAndLamport) {
+  POOLER_REQUIRE_GPUS(kRanks);
+  run_in_threads(Scenario::nccl, kRanks);
+}
+TEST(PoolerGpuProcesses, NcclTransportMatchesStockAndLamport) {
+  POOLER_REQUIRE_GPUS(kRanks);
+  run_in_processes(Scenario::nccl);
 }
 
 // Runs only as a child of the PoolerGpuProcesses tests (skipped otherwise).
