@@ -33,11 +33,11 @@ TEST(PoolerBench, HelpListsTheFlags) {
   const auto result = bench({"--help"});
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("usage: pooler-bench"), std::string::npos) << result.output;
-  for (const char* flag :
-       {"--hidden", "--pooled",   "--layers",           "--edge-layers", "--eps",       "--gain-center",
-        "--tp",     "--batches",  "--capacity",         "--no-pdl",      "--seed",      "--weight-std",
-        "--x-std",  "--norm-std", "--calibration-rows", "--warmup",      "--replays",   "--read-gb",
-        "--quick",  "--no-cold",  "--timeout",          "--json",        "--cache-dir", "--arch"}) {
+  for (const char* flag : {"--hidden",      "--pooled",     "--layers",    "--edge-layers", "--eps",
+                           "--gain-center", "--tp",         "--batches",   "--capacity",    "--no-pdl",
+                           "--seed",        "--weight-std", "--x-std",     "--norm-std",    "--calibration-rows",
+                           "--warmup",      "--replays",    "--read-gb",   "--quick",       "--no-cold",
+                           "--timeout",     "--json",       "--cache-dir", "--arch",        "--transport"}) {
     EXPECT_NE(result.output.find(std::string("  ") + flag), std::string::npos) << flag << " is not in --help";
   }
   EXPECT_NE(result.output.find("(1,2,4,8,16)"), std::string::npos) << "the default batches";
@@ -54,6 +54,7 @@ TEST(PoolerBench, UsageErrorsExitTwo) {
       {"--layers", "4", "--edge-layers", "4"},  // no such layer
       {"--replays"},                            // no value
       {"--arch", "90"},
+      {"--transport", "mailbox"},
       {"--phase", "bench"},  // the hidden flags need each other
       {"--rank", "0", "--ranks", "2"},
       {"--tp", "3", "--arch", "sm_90", "--batches", "8"},  // no forms for TP3 (no-GPU path)
@@ -78,9 +79,11 @@ TEST(PoolerBench, WithoutAGpuCompilesEveryFormAndPrintsTheKernelTable) {
   EXPECT_NE(result.output.find("regs"), std::string::npos) << result.output;
   EXPECT_EQ(result.output.find("<- local memory"), std::string::npos) << result.output;
 
-  // What it should have compiled: the Pooler's forms at TP2 for b = 8 with the
-  // stock forms, and the benchmark's own.
+  // What it should have compiled: the Pooler's forms at TP2 for b = 8, of both
+  // transports (--transport both, the default), with the stock forms, and the
+  // benchmark's own.
   PoolerConfig config;
+  config.gathered = true;
   config.tp = 2;
   config.batches = {8};
   config.nvfp4_norms = {NormConstants{}};

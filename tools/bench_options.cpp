@@ -50,6 +50,10 @@ parallelism and batches:
   --separate-publish     the fused path publishes with a kernel of its own after
                          the GEMM instead of from the GEMM's epilogue
                          (PoolerOptions::fuse_publish = false)
+  --transport T          lamport, nccl or both (both): the Pooler transports
+                         measured, side by side with the stock path ("fused" is
+                         lamport's Pooler::run, "fused nccl" nccl's: ncclAllGather
+                         of the projected blocks, then the gathered consumer)
 
 synthetic data (generated on each GPU from the seed; the same on every rank):
   --seed S               (20261130)
@@ -229,6 +233,13 @@ Options parse_options(int argc, char** argv, bool& help) {
       o.pdl = false;
     } else if (flag == "--separate-publish") {
       o.fuse_publish = false;
+    } else if (flag == "--transport") {
+      const std::string text = value();
+      if (text != "lamport" && text != "nccl" && text != "both") {
+        throw InvalidArgument(fmt::format("--transport {}: expected lamport, nccl or both", text));
+      }
+      o.lamport = text != "nccl";
+      o.nccl = text != "lamport";
     } else if (flag == "--seed") {
       const std::string text = value();
       char* end = nullptr;
@@ -299,6 +310,8 @@ PoolerConfig pooler_config(const Options& options, int tp) {
   config.capacity = options.capacity;
   config.batches = options.batches;
   config.fuse_publish = options.fuse_publish;
+  config.mailbox = options.lamport;
+  config.gathered = options.nccl;
   // One entry per layer, in layer order, as the Pooler builds its own list.
   for (int layer = 0; layer < options.layers; ++layer) {
     (options.edge(layer) ? config.edge_norms : config.nvfp4_norms)

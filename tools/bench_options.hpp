@@ -26,6 +26,9 @@ struct Options {
   int capacity = 32;
   bool pdl = true;
   bool fuse_publish = true;
+  // --transport: which Pooler transports are measured (both by default, side by side).
+  bool lamport = true;
+  bool nccl = true;
   // Synthetic data.
   std::uint64_t seed = 20261130;
   float weight_std = 0.02f;

@@ -47,6 +47,7 @@ void Rank::run(const ncclUniqueId& id) {
   set_up_cublas();
   calibrate();
   pooler_->warm_up();
+  if (nccl_pooler_) nccl_pooler_->warm_up();
   for (int b : o_.batches) run_batch(b);
   out_.metric("elapsed_s", seconds_since(started));
 }
@@ -98,8 +99,9 @@ void Rank::set_up(const ncclUniqueId& id) {
   barrier("warming the communicator up");
 }
 
-PoolerOptions Rank::pooler_options() const {
+PoolerOptions Rank::pooler_options(Transport transport) const {
   PoolerOptions p;
+  p.transport = transport;
   p.hidden = o_.hidden;
   p.pooled = o_.pooled;
   p.batches = o_.batches;
@@ -119,7 +121,7 @@ PoolerOptions Rank::pooler_options() const {
 }
 
 void Rank::build_pooler() {
-  PoolerOptions options = pooler_options();
+  PoolerOptions options = pooler_options(o_.lamport ? Transport::lamport : Transport::nccl);
   // Construction is collective: started together, no rank's time includes
   // waiting for a peer that started its process later.
   barrier("lining the ranks up before the timed construction");
@@ -137,8 +139,15 @@ void Rank::build_pooler() {
   out_.metric("construction.compiled", compiled);
   out_.metric("construction.disk", disk);
   out_.metric("construction.memory", memory);
-  progress_("{} construction of the Pooler: {:.1f} ms ({} forms: {} compiled, {} from disk, {} from memory)",
-            o_.phase == Phase::cold ? "cold" : "warm", ms, pooler_->forms().size(), compiled, disk, memory);
+  progress_("{} construction of the Pooler ({}): {:.1f} ms ({} forms: {} compiled, {} from disk, {} from memory)",
+            o_.phase == Phase::cold ? "cold" : "warm", to_string(pooler_->transport()), ms, pooler_->forms().size(),
+            compiled, disk, memory);
+  if (o_.lamport && o_.nccl) {
+    const auto second = Clock::now();
+    nccl_pooler_.emplace(comm_->get(), pooler_options(Transport::nccl));
+    progress_("construction of the nccl transport's Pooler: {:.1f} ms ({} forms)", 1e3 * seconds_since(second),
+              nccl_pooler_->forms().size());
+  }
 }
 
 void Rank::time_lookups() {

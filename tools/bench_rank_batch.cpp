@@ -91,7 +91,7 @@ Outputs Rank::read_fused(const ExpertInput& in, int b) const {
   return f;
 }
 
-void Rank::check_batch(int b, Outputs& last_stock) {
+void Rank::check_batch(Pooler& pooler, const std::string& check, int b, Outputs& last_stock) {
   const std::size_t rows = static_cast<std::size_t>(b), pooled = static_cast<std::size_t>(o_.pooled);
   const std::size_t width = static_cast<std::size_t>(width_);
   Counts total;
@@ -115,14 +115,14 @@ void Rank::check_batch(int b, Outputs& last_stock) {
     if (!nvfp4 && fused_bf16.normed.data != 0) {
       POOLER_CU(cuMemsetD8Async(fused_bf16.normed.data, kFusedPoison, rows * pooled * 2, s), "poisoning");
     }
-    const TensorView shard = pooler_->project(layer, input_view(layer, b), s);
+    const TensorView shard = pooler.project(layer, input_view(layer, b), s);
     all_gather(shard.data, b);
     stock_tail(layer, b);
     cublas_gemm(input(layer), weight(layer), shard_stock_.get(), b);
-    pooler_->publish(b, s);
-    const ExpertInput fused = pooler_->gather(layer, b, s);
+    pooler.publish(b, s);
+    const ExpertInput fused = pooler.gather(layer, b, s);
     stream_->synchronize();
-    pooler_->check();
+    pooler.check();
     (nvfp4 ? fused_nvfp4 : fused_bf16) = fused;
 
     Outputs stock;
@@ -164,52 +164,76 @@ void Rank::check_batch(int b, Outputs& last_stock) {
     total.sign_of_zero += counts.sign_of_zero;
     if (layer == o_.layers - 1) last_stock = std::move(stock);
   }
-  out_.metric(fmt::format("b{}.check.layers", b), o_.layers);
-  out_.metric(fmt::format("b{}.check.mismatches", b), static_cast<double>(total.mismatches));
-  out_.metric(fmt::format("b{}.check.sign_of_zero", b), static_cast<double>(total.sign_of_zero));
-  out_.metric(fmt::format("b{}.check.stock_self", b), static_cast<double>(stock_self));
-  out_.metric(fmt::format("b{}.check.gemm_vs_cublas", b), static_cast<double>(gemm_disagreements));
-  progress_("b={}: {} layers checked: {}, {} sign-of-zero case(s){}", b, o_.layers,
+  out_.metric(fmt::format("b{}.{}.layers", b, check), o_.layers);
+  out_.metric(fmt::format("b{}.{}.mismatches", b, check), static_cast<double>(total.mismatches));
+  out_.metric(fmt::format("b{}.{}.sign_of_zero", b, check), static_cast<double>(total.sign_of_zero));
+  out_.metric(fmt::format("b{}.{}.stock_self", b, check), static_cast<double>(stock_self));
+  out_.metric(fmt::format("b{}.{}.gemm_vs_cublas", b, check), static_cast<double>(gemm_disagreements));
+  progress_("b={}, {} transport: {} layers checked: {}, {} sign-of-zero case(s){}", b, to_string(pooler.transport()),
+            o_.layers,
             total.mismatches == 0 ? std::string("fused == stock bit for bit")
                                   : fmt::format("{} MISMATCH(ES)", total.mismatches),
             total.sign_of_zero,
             stock_self == 0 ? std::string() : fmt::format(", {} stock-path self-check errors", stock_self));
 }
 
+void Rank::time_transport(Pooler& pooler, const std::string& suffix, int b, const Outputs& last_stock, Spread& fused,
+                          Spread& gather) {
+  const int last = o_.layers - 1;
+  const std::string name = to_string(pooler.transport());
+  const bool nccl = pooler.transport() == Transport::nccl;
+  {
+    ExpertInput final_output;
+    const harness::Graph graph(stream(), nccl ? "the fused path's graph (nccl)" : "the fused path's graph", [&] {
+      for (int layer = 0; layer < o_.layers; ++layer) final_output = pooler.run(layer, input_view(layer, b), stream());
+    });
+    fused = time_graph(graph);
+    out_.spread(fmt::format("b{}.fused{}", b, suffix), fused);
+    pooler.check();
+    // The last replay's output of the last layer: the same bits as the checked one.
+    long long replay = 0;
+    compare_outputs(b, o_.pooled, width_, last, !o_.edge(last), last_stock, read_fused(final_output, b),
+                    [&](const std::string& text) {
+                      if (replay++ < 4) {
+                        out_.mismatch("after the timed replays (" + name + "): " + text);
+                        std::fprintf(stderr, "[rank %d] REPLAY MISMATCH (%s) %s\n", rank_, name.c_str(), text.c_str());
+                      }
+                    });
+    out_.metric(fmt::format("b{}.check{}.replay_mismatches", b, suffix), static_cast<double>(replay));
+  }
+  {
+    const harness::Graph graph(stream(), nccl ? "all-gather + consumer's graph (nccl)" : "publish + consumer's graph",
+                               [&] {
+                                 for (int layer = 0; layer < o_.layers; ++layer) {
+                                   pooler.publish(b, stream());
+                                   pooler.gather(layer, b, stream());
+                                 }
+                               });
+    gather = time_graph(graph);
+    out_.spread(fmt::format("b{}.gather{}", b, suffix), gather);
+    pooler.check();
+  }
+}
+
 void Rank::run_batch(int b) {
   Outputs last_stock;
-  check_batch(b, last_stock);
-  const int last = o_.layers - 1;
+  Pooler* lamport = lamport_pooler();
+  Pooler* nccl = nccl_transport_pooler();
+  if (lamport != nullptr) check_batch(*lamport, "check", b, last_stock);
+  if (nccl != nullptr) check_batch(*nccl, "check_nccl", b, last_stock);  // the same stock outputs
   auto emit = [&](const char* graph, const Spread& s) {
     out_.spread(fmt::format("b{}.{}", b, graph), s);
     return s;
   };
-  Spread stock, fused, gemm, cublas, allgather, gather, tail;
+  Spread stock, fused, gemm, cublas, allgather, gather, tail, fused_nccl, gather_nccl;
   {
     const harness::Graph graph(stream(), "the stock path's graph", [&] {
       for (int layer = 0; layer < o_.layers; ++layer) stock_path(layer, b);
     });
     stock = emit("stock", time_graph(graph));
   }
-  {
-    ExpertInput final_output;
-    const harness::Graph graph(stream(), "the fused path's graph", [&] {
-      for (int layer = 0; layer < o_.layers; ++layer)
-        final_output = pooler_->run(layer, input_view(layer, b), stream());
-    });
-    fused = emit("fused", time_graph(graph));
-    pooler_->check();
-    // The last replay's output of the last layer: the same bits as the checked one.
-    long long replay = 0;
-    compare_outputs(b, o_.pooled, width_, last, !o_.edge(last), last_stock, read_fused(final_output, b),
-                    [&](const std::string& text) {
-                      if (replay++ < 4) {
-                        out_.mismatch("after the timed replays: " + text);
-                        std::fprintf(stderr, "[rank %d] REPLAY MISMATCH %s\n", rank_, text.c_str());
-                      }
-                    });
-    out_.metric(fmt::format("b{}.check.replay_mismatches", b), static_cast<double>(replay));
-  }
+  if (lamport != nullptr) time_transport(*lamport, "", b, last_stock, fused, gather);
+  if (nccl != nullptr) time_transport(*nccl, "_nccl", b, last_stock, fused_nccl, gather_nccl);
   {
     const harness::Graph graph(stream(), "the pooler GEMM's graph", [&] {
       for (int layer = 0; layer < o_.layers; ++layer) pooler_->project(layer, input_view(layer, b), stream());
@@ -229,16 +253,6 @@ void Rank::run_batch(int b) {
     allgather = emit("allgather", time_graph(graph));
   }
   {
-    const harness::Graph graph(stream(), "publish + consumer's graph", [&] {
-      for (int layer = 0; layer < o_.layers; ++layer) {
-        pooler_->publish(b, stream());
-        pooler_->gather(layer, b, stream());
-      }
-    });
-    gather = emit("gather", time_graph(graph));
-    pooler_->check();
-  }
-  {
     const harness::Graph graph(stream(), "the stock tail's graph", [&] {
       for (int layer = 0; layer < o_.layers; ++layer) stock_tail(layer, b);
     });
@@ -249,10 +263,12 @@ void Rank::run_batch(int b) {
   out_.metric(fmt::format("b{}.gemm.gbps", b), gbps);
   if (read_gbps_ > 0) out_.metric(fmt::format("b{}.gemm.percent", b), 100.0 * gbps / read_gbps_);
   progress_(
-      "b={}: per layer stock {:.2f} us, fused {:.2f} us ({:.2f}x); pooler GEMM {:.2f} us ({:.0f} GB/s), "
-      "cuBLAS {:.2f} us, publish + consumer {:.2f} us, ncclAllGather {:.2f} us, stock tail {:.2f} us",
-      b, stock.median, fused.median, fused.median > 0 ? stock.median / fused.median : 0.0, gemm.median, gbps,
-      cublas.median, gather.median, allgather.median, tail.median);
+      "b={}: per layer stock {:.2f} us, fused {:.2f} us ({:.2f}x), fused nccl {:.2f} us ({:.2f}x); pooler GEMM "
+      "{:.2f} us ({:.0f} GB/s), cuBLAS {:.2f} us, publish + consumer {:.2f} us (nccl {:.2f} us), ncclAllGather "
+      "{:.2f} us, stock tail {:.2f} us",
+      b, stock.median, fused.median, fused.median > 0 ? stock.median / fused.median : 0.0, fused_nccl.median,
+      fused_nccl.median > 0 ? stock.median / fused_nccl.median : 0.0, gemm.median, gbps, cublas.median, gather.median,
+      gather_nccl.median, allgather.median, tail.median);
 }
 
 }  // namespace pooler::bench

@@ -92,7 +92,8 @@ class Rank {
       : o_(options), out_(out), progress_(options.rank == 0), tp_(options.ranks), rank_(options.rank) {}
 
   ~Rank() {
-    // Collective: every rank destroys its Pooler, then its communicator.
+    // Collective: every rank destroys its Poolers, then its communicator.
+    nccl_pooler_.reset();
     pooler_.reset();
   }
 
@@ -113,10 +114,16 @@ class Rank {
   }
   TensorView input_view(int layer, int b) const { return TensorView::matrix(input(layer), DType::bf16, b, o_.hidden); }
 
-  PoolerOptions pooler_options() const;
+  PoolerOptions pooler_options(Transport transport) const;
 
-  // Construction alone is timed: context, runtime, communicator and memory exist already.
+  // Construction alone is timed (the first transport's): context, runtime,
+  // communicator and memory exist already. With --transport both, the nccl
+  // Pooler follows, untimed.
   void build_pooler();
+
+  // The Pooler of each transport measured (null where not asked for).
+  Pooler* lamport_pooler() { return o_.lamport ? &*pooler_ : nullptr; }
+  Pooler* nccl_transport_pooler() { return nccl_pooler_ ? &*nccl_pooler_ : (o_.lamport ? nullptr : &*pooler_); }
 
   // What part of the warm construction is the cache: the same forms looked up
   // on a KernelCache of its own (empty memory, the same folder).
@@ -177,10 +184,16 @@ class Rank {
 
   Outputs read_fused(const ExpertInput& in, int b) const;
 
-  // Every layer once: fused (project, publish, gather) against the stock path
-  // (ncclAllGather, rearrange, norm, quantize) fed by the same projected shard.
-  // Keeps the stock outputs of the last layer for the graph-replay check.
-  void check_batch(int b, Outputs& last_stock);
+  // Every layer once: `pooler`'s fused path (project, publish, gather) against the
+  // stock path (ncclAllGather, rearrange, norm, quantize) fed by the same projected
+  // shard; figures "b<b>.<check>.*". Keeps the stock outputs of the last layer for
+  // the graph-replay check.
+  void check_batch(Pooler& pooler, const std::string& check, int b, Outputs& last_stock);
+
+  // The timed graphs of one transport: Pooler::run ("fused<suffix>") and publish +
+  // consumer ("gather<suffix>"); the last replay's output checked against `last_stock`.
+  void time_transport(Pooler& pooler, const std::string& suffix, int b, const Outputs& last_stock, Spread& fused,
+                      Spread& gather);
 
   void run_batch(int b);
 
@@ -207,7 +220,8 @@ class Rank {
   std::optional<harness::StockPath> stock_;
   std::vector<Event> events_;
   std::optional<harness::CublasGemm> cublas_;
-  std::optional<Pooler> pooler_;
+  std::optional<Pooler> pooler_;       // lamport's, or nccl's with --transport nccl
+  std::optional<Pooler> nccl_pooler_;  // with --transport both
 };
 
 }  // namespace pooler::bench

@@ -91,7 +91,8 @@ std::string cuda_version_string(int version) {
 
 namespace {
 
-const char* const kGraphs[] = {"stock", "fused", "gemm", "cublas", "allgather", "gather", "tail"};
+const char* const kGraphs[] = {"stock",  "fused", "gemm",       "cublas",     "allgather",
+                               "gather", "tail",  "fused_nccl", "gather_nccl"};
 
 std::string key(int b, const std::string& what) { return fmt::format("b{}.{}", b, what); }
 
@@ -282,7 +283,8 @@ bool succeeded(const RunResults& results) {
     }
   }
   for (int b : results.options->batches) {
-    for (const char* what : {"check.mismatches", "check.replay_mismatches", "check.stock_self"}) {
+    for (const char* what : {"check.mismatches", "check.replay_mismatches", "check.stock_self", "check_nccl.mismatches",
+                             "check_nccl.replay_mismatches", "check_nccl.stock_self"}) {
       if (sum_over_ranks(results.bench, key(b, what)) != 0) return false;
     }
   }
@@ -296,28 +298,34 @@ void print_correctness(const RunResults& results, std::FILE* out) {
   const auto& bench = results.bench;
   // Correctness.
   fmt::print(out, "correctness (outside the timed graphs; fused vs the stock path fed by the same GEMM output):\n");
-  for (int b : o.batches) {
-    const double layers = over_ranks(bench, key(b, "check.layers"), true).v;
-    const double mismatches = sum_over_ranks(bench, key(b, "check.mismatches"));
-    const double zeros = sum_over_ranks(bench, key(b, "check.sign_of_zero"));
-    const double replay = sum_over_ranks(bench, key(b, "check.replay_mismatches"));
-    const double self = sum_over_ranks(bench, key(b, "check.stock_self"));
-    const double gemm = sum_over_ranks(bench, key(b, "check.gemm_vs_cublas"));
-    const auto reporting =
-        std::count_if(bench.begin(), bench.end(), [&](const RankReport& r) { return r.has(key(b, "check.layers")); });
-    const auto replayed = std::count_if(bench.begin(), bench.end(),
-                                        [&](const RankReport& r) { return r.has(key(b, "check.replay_mismatches")); });
-    std::string notes;
-    if (replay != 0) {
-      notes += fmt::format("; {} REPLAY MISMATCH(ES)", replay);
-    } else if (replayed > 0 && replayed == static_cast<long>(bench.size())) {
-      notes += "; the timed graph's output checked too";
+  for (const auto& [check, transport] : {std::pair{"check", "lamport"}, std::pair{"check_nccl", "nccl"}}) {
+    if (!(std::string(check) == "check" ? o.lamport : o.nccl)) continue;
+    for (int b : o.batches) {
+      const double layers = over_ranks(bench, key(b, std::string(check) + ".layers"), true).v;
+      const double mismatches = sum_over_ranks(bench, key(b, std::string(check) + ".mismatches"));
+      const double zeros = sum_over_ranks(bench, key(b, std::string(check) + ".sign_of_zero"));
+      const double replay = sum_over_ranks(bench, key(b, std::string(check) + ".replay_mismatches"));
+      const double self = sum_over_ranks(bench, key(b, std::string(check) + ".stock_self"));
+      const double gemm = sum_over_ranks(bench, key(b, std::string(check) + ".gemm_vs_cublas"));
+      const auto reporting = std::count_if(bench.begin(), bench.end(), [&](const RankReport& r) {
+        return r.has(key(b, std::string(check) + ".layers"));
+      });
+      const auto replayed = std::count_if(bench.begin(), bench.end(), [&](const RankReport& r) {
+        return r.has(key(b, std::string(check) + ".replay_mismatches"));
+      });
+      std::string notes;
+      if (replay != 0) {
+        notes += fmt::format("; {} REPLAY MISMATCH(ES)", replay);
+      } else if (replayed > 0 && replayed == static_cast<long>(bench.size())) {
+        notes += "; the timed graph's output checked too";
+      }
+      if (self != 0) notes += fmt::format("; {} STOCK-PATH SELF-CHECK ERROR(S)", self);
+      if (gemm != 0) notes += fmt::format("; note: {} pooler GEMM output(s) differ from cuBLAS beyond 2 ulps", gemm);
+      fmt::print(out, "  {:7}  b = {:2}: {} of {} layers checked on {} rank(s): {}; {} sign-of-zero case(s){}\n",
+                 transport, b, static_cast<int>(layers), o.layers, reporting,
+                 mismatches == 0 ? std::string("bit for bit") : fmt::format("{} MISMATCH(ES)", mismatches), zeros,
+                 notes);
     }
-    if (self != 0) notes += fmt::format("; {} STOCK-PATH SELF-CHECK ERROR(S)", self);
-    if (gemm != 0) notes += fmt::format("; note: {} pooler GEMM output(s) differ from cuBLAS beyond 2 ulps", gemm);
-    fmt::print(out, "  b = {:2}: {} of {} layers checked on {} rank(s): {}; {} sign-of-zero case(s){}\n", b,
-               static_cast<int>(layers), o.layers, reporting,
-               mismatches == 0 ? std::string("bit for bit") : fmt::format("{} MISMATCH(ES)", mismatches), zeros, notes);
   }
   int shown = 0;
   for (const RankReport& r : bench) {
@@ -336,8 +344,9 @@ void print_table(const RunResults& results, std::FILE* out) {
              "\nper layer, microseconds: median (p10-p90) over {} replays of one {}-layer CUDA graph per path, "
              "slowest rank\n",
              o.replays, o.layers);
-  fmt::print(out, "{:>4}  {:>22}  {:>22}  {:>8}  {:>8}  {:>8}  {:>9}  {:>12}  {:>9}  {:>9}\n", "b", "stock us",
-             "fused us", "speed-up", "GEMM us", "GEMM %BW", "gather us", "allgather us", "cuBLAS us", "tail us");
+  fmt::print(out, "{:>4}  {:>22}  {:>22}  {:>8}  {:>22}  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}  {:>12}  {:>9}  {:>9}\n",
+             "b", "stock us", "fused us", "speed-up", "fused nccl us", "nccl x", "GEMM us", "GEMM %BW", "gather us",
+             "gather nccl", "allgather us", "cuBLAS us", "tail us");
   for (int b : o.batches) {
     const auto stock = slowest(bench, b, "stock");
     const auto fused = slowest(bench, b, "fused");
@@ -349,18 +358,23 @@ void print_table(const RunResults& results, std::FILE* out) {
       return f.present ? fmt::format("{:.2f}", f.s.median) : std::string("-");
     };
     const auto percent = over_ranks(bench, key(b, "gemm.percent"), true);
-    fmt::print(
-        out, "{:>4}  {:>22}  {:>22}  {:>8}  {:>8}  {:>8}  {:>9}  {:>12}  {:>9}  {:>9}\n", b, cell(stock), cell(fused),
-        stock.present && fused.present && fused.s.median > 0 ? fmt::format("{:.2f}x", stock.s.median / fused.s.median)
-                                                             : std::string("-"),
-        median("gemm"), percent.present ? fmt::format("{:.1f}%", percent.v) : std::string("-"), median("gather"),
-        median("allgather"), median("cublas"), median("tail"));
+    const auto nccl = slowest(bench, b, "fused_nccl");
+    auto speedup = [&](const Figure& f) {
+      return stock.present && f.present && f.s.median > 0 ? fmt::format("{:.2f}x", stock.s.median / f.s.median)
+                                                          : std::string("-");
+    };
+    fmt::print(out, "{:>4}  {:>22}  {:>22}  {:>8}  {:>22}  {:>8}  {:>8}  {:>8}  {:>9}  {:>9}  {:>12}  {:>9}  {:>9}\n",
+               b, cell(stock), cell(fused), speedup(fused), cell(nccl), speedup(nccl), median("gemm"),
+               percent.present ? fmt::format("{:.1f}%", percent.v) : std::string("-"), median("gather"),
+               median("gather_nccl"), median("allgather"), median("cublas"), median("tail"));
   }
   fmt::print(out,
              "stock: cuBLAS GEMM + ncclAllGather + rearrange + stock norm (+ stock quantize on NVFP4 layers); "
-             "fused: Pooler::run;\nGEMM: Pooler::project alone, %BW = weight bytes / time against the read "
-             "bandwidth; gather: publish + consumer alone;\nallgather: ncclAllGather alone; cuBLAS: cublasGemmEx "
-             "alone; tail: rearrange + norm + quantize alone. PDL {}.\n",
+             "fused: Pooler::run, lamport transport;\nfused nccl: Pooler::run, nccl transport (GEMM + ncclAllGather + "
+             "gathered consumer); GEMM: Pooler::project alone, %BW = weight bytes / time against the read "
+             "bandwidth;\ngather: publish + consumer alone (gather nccl: ncclAllGather + gathered consumer); "
+             "allgather: ncclAllGather alone;\ncuBLAS: cublasGemmEx alone; tail: rearrange + norm + quantize alone. "
+             "PDL {}.\n",
              o.pdl ? "on" : "off (--no-pdl)");
 }
 
@@ -452,13 +466,14 @@ void write_json(const RunResults& results, const std::string& path) {
   edges += "]";
   j += fmt::format(
       "  \"config\": {{\"hidden\": {}, \"pooled\": {}, \"layers\": {}, \"edge_layers\": {}, \"eps\": {}, "
-      "\"gain_center\": {}, \"tp\": {}, \"batches\": [{}], \"capacity\": {}, \"pdl\": {}, \"seed\": {}, "
-      "\"weight_std\": {}, \"x_std\": {}, \"norm_std\": {}, \"calibration_rows\": {}, \"warmup\": {}, "
+      "\"gain_center\": {}, \"tp\": {}, \"batches\": [{}], \"capacity\": {}, \"pdl\": {}, \"transport\": {}, "
+      "\"seed\": {}, \"weight_std\": {}, \"x_std\": {}, \"norm_std\": {}, \"calibration_rows\": {}, \"warmup\": {}, "
       "\"replays\": {}, \"read_gb\": {}, \"quick\": {}, \"cache_dir\": {}, \"cache_dir_temporary\": {}}},\n",
       o.hidden, o.pooled, o.layers, edges, json_number(o.eps), json_number(o.gain_center), results.tp,
-      fmt::join(o.batches, ", "), o.capacity, o.pdl, o.seed, json_number(o.weight_std), json_number(o.x_std),
-      json_number(o.norm_std), o.calibration_rows, o.warmup, o.replays, json_number(o.read_gb), o.quick,
-      json_string(results.cache_dir), results.cache_dir_temporary);
+      fmt::join(o.batches, ", "), o.capacity, o.pdl,
+      json_string(o.lamport && o.nccl ? "both" : (o.lamport ? "lamport" : "nccl")), o.seed, json_number(o.weight_std),
+      json_number(o.x_std), json_number(o.norm_std), o.calibration_rows, o.warmup, o.replays, json_number(o.read_gb),
+      o.quick, json_string(results.cache_dir), results.cache_dir_temporary);
   auto per_rank = [](const std::vector<RankReport>& ranks, const char* name) {
     std::string s = "[";
     for (std::size_t i = 0; i < ranks.size(); ++i) {
@@ -479,9 +494,11 @@ void write_json(const RunResults& results, const std::string& path) {
     const int b = o.batches[i];
     const auto stock = slowest(results.bench, b, "stock");
     const auto fused = slowest(results.bench, b, "fused");
+    const auto nccl = slowest(results.bench, b, "fused_nccl");
     j += fmt::format(
-        "{}\n    {{\"b\": {}, \"speedup\": {}", i ? "," : "", b,
-        stock.present && fused.present && fused.s.median > 0 ? json_number(stock.s.median / fused.s.median) : "null");
+        "{}\n    {{\"b\": {}, \"speedup\": {}, \"speedup_nccl\": {}", i ? "," : "", b,
+        stock.present && fused.present && fused.s.median > 0 ? json_number(stock.s.median / fused.s.median) : "null",
+        stock.present && nccl.present && nccl.s.median > 0 ? json_number(stock.s.median / nccl.s.median) : "null");
     for (const char* graph : kGraphs) {
       j += fmt::format(", \"{}_us\": {}", graph, json_spread(slowest(results.bench, b, graph)));
     }
@@ -498,6 +515,12 @@ void write_json(const RunResults& results, const std::string& path) {
         json_number(sum_over_ranks(results.bench, key(b, "check.replay_mismatches"))),
         json_number(sum_over_ranks(results.bench, key(b, "check.stock_self"))),
         json_number(sum_over_ranks(results.bench, key(b, "check.gemm_vs_cublas"))));
+    j.pop_back();  // the closing brace: the nccl transport's checks follow
+    j += fmt::format(
+        ", \"nccl_checked_layers\": {}, \"nccl_mismatches\": {}, \"nccl_replay_mismatches\": {}}}",
+        results.options->nccl ? json_number(over_ranks(results.bench, key(b, "check_nccl.layers"), true).v) : "null",
+        json_number(sum_over_ranks(results.bench, key(b, "check_nccl.mismatches"))),
+        json_number(sum_over_ranks(results.bench, key(b, "check_nccl.replay_mismatches"))));
   }
   j += "\n  ],\n  \"targets\": [";
   const auto all = targets(results);
