@@ -26,11 +26,17 @@
 //                the kernel (gemm_trace.cuh, pooler-kernel-bench --trace); 0: no trace
 //   TP, CAPACITY the mailbox's ranks and rows per slot (PUBLISH = 1; 0 otherwise);
 //                the mailbox's shard width W is N
+//   CONSUME      0: publish only; 1 (NVFP4) or 2 (BF16 rows + normed): the
+//                one-launch form, whose CTAs also gather, norm and quantize
+//                after publishing (gemm_consume.cuh). Needs PUBLISH = 1
+//   POOLED, EPS, GAIN_CENTER  the consumer's constants (CONSUME != 0; 0 otherwise):
+//                POOLED = N * TP, the pre_expert_norm's eps and gain center
 //
-// Entry points: pooler_gemm(x, w, c) when PUBLISH = 0, and
-// pooler_gemm_publish(x, w, c, peers, state, rank) when PUBLISH = 1. Both are
+// Entry points: pooler_gemm(x, w, c) when PUBLISH = 0,
+// pooler_gemm_publish(x, w, c, peers, state, rank) when PUBLISH = 1 and
+// CONSUME = 0, and pooler_gemm_consume(...) (below) when CONSUME != 0. All are
 // in every form because C++ cannot make one function's parameter list depend
-// on a constant; the one the constants do not select has an empty body.
+// on a constant; those the constants do not select have an empty body.
 //
 // Design (docs/design/gemm.md): w streams from HBM once, straight into tensor-core
 // fragments (or through a cp.async ring), its first loads issued before pdl_wait; split-K
@@ -40,6 +46,7 @@
 #include "mailbox.cuh"
 #include "ptx.cuh"
 #include "gemm_trace.cuh"
+#include "gemm_consume.cuh"
 
 namespace gemm_detail {
 
@@ -214,10 +221,12 @@ struct Ring {
 // kernel's own %tid.x reads by __launch_bounds__, which it does not carry into
 // an inlined function, so the body states that bound itself there; for sm_90
 // it bounds neither, and stating it would change sm_90's code.
+//
+// Returns the mailbox stage it read (kPublish; 0 otherwise).
 template <bool kPublish>
-__device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __restrict__ w, u16* __restrict__ c,
-                                     const unsigned thread_x, pooler::MailboxPeers peers,
-                                     const pooler::MailboxStateBlock* state, int rank) {
+__device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __restrict__ w, u16* __restrict__ c,
+                                    const unsigned thread_x, pooler::MailboxPeers peers,
+                                    const pooler::MailboxStateBlock* state, int rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
   __builtin_assume(thread_x < kThreads);
 #endif
@@ -520,7 +529,12 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     }
     trace.mark(6);  // this thread's outputs are stored
   } else {
-    if (split >= kOwners) return;  // this rank finishes no columns (uniform over the CTA)
+    // The one-launch form: a CTA without a row to consume has read all it reads of
+    // the state (stage, above) and arrives, before its publish stores.
+    if constexpr (CONSUME != 0) {
+      gemm_consume::arrive_without_row(const_cast<pooler::MailboxStateBlock*>(state), thread_x);
+    }
+    if (split >= kOwners) return stage;  // this rank finishes no columns (uniform over the CTA)
     // Every thread sums one output as above (the same bits), in rounds that
     // cover whole warps so that every lane reaches the shuffles. Outputs o and
     // o + 1..7 with o % 8 == 0 are columns owned..owned + 7 of one row (kOwned
@@ -563,6 +577,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     }
     trace.mark(6);  // this thread's outputs are stored and published
   }
+  return stage;
 }
 
 }  // namespace gemm_detail
@@ -570,7 +585,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gemm_detail::kThreads, MIN_CTAS)
     pooler_gemm(const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
                 unsigned short* __restrict__ c) {
-  if constexpr (!PUBLISH) gemm_detail::gemm<false>(x, w, c, threadIdx.x, pooler::MailboxPeers{}, nullptr, 0);
+  if constexpr (!PUBLISH) (void)gemm_detail::gemm<false>(x, w, c, threadIdx.x, pooler::MailboxPeers{}, nullptr, 0);
 }
 
 // peers.base[p]: rank p's mailbox as this GPU addresses it (16-byte aligned);
@@ -579,5 +594,27 @@ extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gem
     pooler_gemm_publish(const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
                         unsigned short* __restrict__ c, pooler::MailboxPeers peers,
                         const pooler::MailboxStateBlock* __restrict__ state, int rank) {
-  if constexpr (PUBLISH) gemm_detail::gemm<true>(x, w, c, threadIdx.x, peers, state, rank);
+  if constexpr (PUBLISH && !CONSUME) gemm_detail::gemm<true>(x, w, c, threadIdx.x, peers, state, rank);
+}
+
+// The one-launch form (CONSUME != 0; gemm_consume.cuh): the fused publish as above,
+// then CTA i < ROWS gathers, norms and quantizes row i as the one-round-trip consumer
+// (consumer_nvfp4.cu / consumer_bf16.cu) would, with its parameters: mailbox, record
+// and timeout_ns as MailboxBinding and the consumers give them, layer for the record,
+// norm_weight [POOLED] BF16, global_scale one f32 (CONSUME = 1; unused for 2), out0 and
+// out1 packed and scales (CONSUME = 1) or rows and normed (2), each [ROWS, ...].
+extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gemm_detail::kThreads, MIN_CTAS)
+    pooler_gemm_consume(const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
+                        unsigned short* __restrict__ c, pooler::MailboxPeers peers, unsigned short* mailbox,
+                        pooler::MailboxStateBlock* state, pooler::TimeoutRecord* record,
+                        const unsigned short* __restrict__ norm_weight, const float* __restrict__ global_scale,
+                        void* out0, void* out1, int rank, int layer, unsigned long long timeout_ns) {
+  if constexpr (CONSUME != 0) {
+    pooler::u32 weight[gemm_consume::kRounds][8];
+    float scale = 0.0f;
+    gemm_consume::load_parameters(norm_weight, global_scale, threadIdx.x, weight, scale);
+    const pooler::u32 stage = gemm_detail::gemm<true>(x, w, c, threadIdx.x, peers, state, rank);
+    gemm_consume::consume(mailbox, state, record, weight, scale, out0, out1, stage, rank, layer, timeout_ns,
+                          threadIdx.x);
+  }
 }

@@ -3,10 +3,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <optional>
 
 #include "pooler/error.hpp"
+#include "runtime/jit/device.hpp"
+#include "runtime/jit/driver.hpp"
 
 namespace pooler {
 
@@ -330,7 +333,45 @@ GemmPlan GemmPlan::publishing(const GemmPublish& publish) const {
   validate_publish(rows_, n_, k_, shape_, publish);
   GemmPlan plan = *this;
   plan.publish_ = publish;
+  plan.consume_ = GemmConsume{};
   plan.shared_bytes_ = validated_shared_bytes(rows_, n_, k_, shape_, &publish);
+  return plan;
+}
+
+const char* to_string(GemmOutput output) {
+  switch (output) {
+    case GemmOutput::none:
+      return "none";
+    case GemmOutput::nvfp4:
+      return "nvfp4";
+    case GemmOutput::bf16:
+      return "bf16";
+  }
+  return "?";
+}
+
+GemmPlan GemmPlan::consuming(const GemmConsume& consume) const {
+  auto fail = [&](const std::string& what) { refuse(rows_, n_, k_, shape_, publish(), "one-launch form: " + what); };
+  if (publish() == nullptr) fail("needs the fused publish (a plan from publishing())");
+  if (consume.output != GemmOutput::nvfp4 && consume.output != GemmOutput::bf16) {
+    fail(fmt::format("output {} must be nvfp4 or bf16", to_string(consume.output)));
+  }
+  if (!std::isfinite(consume.eps) || consume.eps <= 0.0f) {
+    fail(fmt::format("eps {} must be finite and positive", consume.eps));
+  }
+  if (!std::isfinite(consume.gain_center)) fail(fmt::format("gain center {} must be finite", consume.gain_center));
+  const long long grid = static_cast<long long>(n_) / shape_.outputs_per_block * shape_.split_k;
+  if (grid < rows_) fail(fmt::format("the grid's {} CTAs are fewer than the {} rows (one CTA per row)", grid, rows_));
+  // The norm's partials reuse the staged x at the start of the shared memory
+  // (gemm_consume.cuh).
+  const int groups = n_ * publish_.tp / 16 / 32;
+  const long long x_bytes = static_cast<long long>(rows_) * derive(rows_, k_, shape_, true).x_pitch;
+  if (x_bytes < 4 * groups) {
+    fail(fmt::format("the staged x's {} bytes of shared memory hold fewer than the norm's {} partials", x_bytes,
+                     groups));
+  }
+  GemmPlan plan = *this;
+  plan.consume_ = consume;
   return plan;
 }
 
@@ -480,16 +521,27 @@ LaunchShape GemmPlan::launch_shape() const {
 Form GemmPlan::form(bool trace) const {
   const PoolerGemmShape& shape = shape_;
   const GemmPublish* publish = this->publish();
+  const GemmConsume* consume = this->consume();
+  if (consume && trace) refuse(rows_, n_, k_, shape_, publish, "the one-launch form has no trace form");
   const int bytes = shared_bytes_;
-  const std::string name = fmt::format("pooler_gemm_b{}_n{}_k{}", rows_, n_, k_) +
-                           (publish ? fmt::format("_pub_tp{}_cap{}", publish->tp, publish->capacity) : std::string()) +
-                           (trace ? "_trace" : "");
-  // Forms without publish set TP and CAPACITY to 0 too: the template names
-  // them in code that only PUBLISH = 1 compiles, and C++ wants them declared.
-  return Form(name, "pooler_gemm.cu", {publish ? kPoolerGemmPublishEntry : kPoolerGemmEntry})
+  const std::string name =
+      fmt::format("pooler_gemm_b{}_n{}_k{}", rows_, n_, k_) +
+      (publish ? fmt::format("_pub_tp{}_cap{}", publish->tp, publish->capacity) : std::string()) +
+      (consume ? fmt::format("_{}_eps{}_gc{}", to_string(consume->output), consume->eps, consume->gain_center)
+               : std::string()) +
+      (trace ? "_trace" : "");
+  const char* entry = consume ? kPoolerGemmConsumeEntry : publish ? kPoolerGemmPublishEntry : kPoolerGemmEntry;
+  // Forms without publish set TP and CAPACITY to 0 too, and forms without
+  // consume CONSUME, POOLED, EPS and GAIN_CENTER: the template names them in
+  // code that only those forms compile, and C++ wants them declared.
+  return Form(name, "pooler_gemm.cu", {entry})
       .set("PUBLISH", publish ? 1 : 0)
       .set("TP", publish ? publish->tp : 0)
       .set("CAPACITY", publish ? publish->capacity : 0)
+      .set("CONSUME", consume ? static_cast<int>(consume->output) : 0)
+      .set("POOLED", consume ? n_ * publish->tp : 0)
+      .set("EPS", consume ? consume->eps : 0.0f)
+      .set("GAIN_CENTER", consume ? consume->gain_center : 0.0f)
       .set("ROWS", rows_)
       .set("N", n_)
       .set("K", k_)
@@ -539,9 +591,54 @@ PoolerGemm::PoolerGemm(const CacheEntry& entry, CUcontext context, const GemmPla
       publish_(plan.publish() ? *plan.publish() : GemmPublish{}),
       launch_(plan.launch_shape()),
       trace_(trace),
+      consume_(plan.consume() ? *plan.consume() : GemmConsume{}),
       loaded_(checked_entry(entry, plan, trace), context),
-      kernel_(loaded_.kernel(plan.publish() ? kPoolerGemmPublishEntry : kPoolerGemmEntry)) {
+      kernel_(loaded_.kernel(plan.consume()   ? kPoolerGemmConsumeEntry
+                             : plan.publish() ? kPoolerGemmPublishEntry
+                                              : kPoolerGemmEntry)) {
   if (launch_.shared_bytes > 48 * 1024) kernel_.allow_shared_bytes(static_cast<int>(launch_.shared_bytes));
+  if (consumes()) check_co_resident(context);
+}
+
+int PoolerGemm::resident_ctas(CUcontext context) const {
+  ContextScope scope(context);
+  const std::string what = fmt::format("pooler GEMM {}: occupancy", kernel_.name());
+  if (shape_.split_k > 1) {
+    // Clusters are placed whole within a GPC: count clusters, not CTAs per SM.
+    CUlaunchConfig config = {};
+    config.gridDimX = launch_.grid_x;
+    config.gridDimY = 1;
+    config.gridDimZ = 1;
+    config.blockDimX = launch_.block_x;
+    config.blockDimY = 1;
+    config.blockDimZ = 1;
+    config.sharedMemBytes = launch_.shared_bytes;
+    int clusters = 0;
+    POOLER_CU(cuOccupancyMaxActiveClusters(&clusters, kernel_.function(), &config), what);
+    return clusters * shape_.split_k;
+  }
+  int per_sm = 0;
+  POOLER_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_.function(), static_cast<int>(launch_.block_x),
+                                                        launch_.shared_bytes),
+            what);
+  CUdevice device = 0;
+  POOLER_CU(cuCtxGetDevice(&device), what);
+  int sms = 0;
+  POOLER_CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device), what);
+  return per_sm * sms;
+}
+
+void PoolerGemm::check_co_resident(CUcontext context) const {
+  const int resident = resident_ctas(context);
+  if (static_cast<long long>(launch_.grid_x) > resident) {
+    throw InvalidArgument(
+        fmt::format("pooler GEMM {} (rows {}, N {}, K {}, {}): the one-launch form spins until every CTA of its "
+                    "grid has published, so all {} CTAs must be resident at once, but this device holds only {} of "
+                    "them at this form's occupancy (registers, {} bytes of shared memory, clusters of {}); use the "
+                    "two-kernel path (one_launch off) for this shape",
+                    kernel_.name(), rows_, n_, k_, describe(shape_), launch_.grid_x, resident, launch_.shared_bytes,
+                    shape_.split_k));
+  }
 }
 
 GemmTrace PoolerGemm::trace() const {
@@ -584,11 +681,11 @@ void PoolerGemm::launch(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdevicep
 
 void PoolerGemm::launch_publish(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, const MailboxPeers& peers,
                                 CUdeviceptr state, int rank, bool pdl) const {
-  if (!publishes()) {
+  if (!publishes() || consumes()) {
     throw InvalidArgument(
-        fmt::format("pooler GEMM launch_publish: the form (rows {}, N {}) does not publish; build "
-                    "it with a GemmPublish, or use launch",
-                    rows_, n_));
+        fmt::format("pooler GEMM launch_publish: the form (rows {}, N {}) {}", rows_, n_,
+                    consumes() ? "is the one-launch form; use launch_consume"
+                               : "does not publish; build it with a GemmPublish, or use launch"));
   }
   if (x == 0 || w == 0 || c == 0 || (x % 16) != 0 || (w % 16) != 0 || (c % 16) != 0) {
     throw InvalidArgument(
@@ -615,6 +712,56 @@ void PoolerGemm::launch_publish(CUstream stream, CUdeviceptr x, CUdeviceptr w, C
   LaunchShape shape = launch_;
   shape.pdl = pdl;
   kernel_(stream, shape, x, w, c, peers, state, rank);
+}
+
+void PoolerGemm::launch_consume(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, const MailboxPeers& peers,
+                                const MailboxBinding& mailbox, int rank, const GemmConsumeOutputs& out, int layer,
+                                unsigned long long timeout_ns, bool pdl) const {
+  if (!consumes()) {
+    throw InvalidArgument(
+        fmt::format("pooler GEMM launch_consume: the form (rows {}, N {}) is not the one-launch form; build it "
+                    "from GemmPlan::consuming",
+                    rows_, n_));
+  }
+  if (x == 0 || w == 0 || c == 0 || (x % 16) != 0 || (w % 16) != 0 || (c % 16) != 0) {
+    throw InvalidArgument(fmt::format(
+        "pooler GEMM launch_consume: x {:#x}, w {:#x} and c {:#x} must be non-null and 16-byte aligned", x, w, c));
+  }
+  if (rank < 0 || rank >= publish_.tp) {
+    throw InvalidArgument(fmt::format("pooler GEMM launch_consume: rank = {}; expected 0 to {} (tp = {})", rank,
+                                      publish_.tp - 1, publish_.tp));
+  }
+  if (mailbox.mailbox == 0 || mailbox.mailbox % 16 != 0 || mailbox.state == 0 ||
+      mailbox.state % alignof(MailboxStateBlock) != 0 || mailbox.record == 0 || timeout_ns == 0) {
+    throw InvalidArgument(
+        fmt::format("pooler GEMM launch_consume: mailbox {:#x} (16-byte aligned), state {:#x} (aligned) and record "
+                    "{:#x} must be non-null, and the timeout ({} ns) positive",
+                    mailbox.mailbox, mailbox.state, mailbox.record, timeout_ns));
+  }
+  for (int p = 0; p < publish_.tp; ++p) {
+    if (peers.base[p] == 0 || (peers.base[p] % 16) != 0) {
+      throw InvalidArgument(
+          fmt::format("pooler GEMM launch_consume: rank {}'s mailbox base {:#x} must be non-null and 16-byte "
+                      "aligned (tp = {})",
+                      p, peers.base[p], publish_.tp));
+    }
+  }
+  const bool nvfp4 = consume_.output == GemmOutput::nvfp4;
+  const CUdeviceptr out0 = nvfp4 ? out.packed : out.rows;
+  const CUdeviceptr out1 = nvfp4 ? out.scales : out.normed;
+  if (out.norm_weight == 0 || out.norm_weight % 16 != 0 || out0 == 0 || out0 % 16 != 0 || out1 == 0 ||
+      out1 % (nvfp4 ? 1 : 16) != 0 || (nvfp4 && (out.global_scale == 0 || out.global_scale % 4 != 0))) {
+    throw InvalidArgument(fmt::format(
+        "pooler GEMM launch_consume ({} output): norm weight {:#x} and {} {:#x} must be non-null and "
+        "16-byte aligned, {} {:#x} non-null{}{}",
+        to_string(consume_.output), out.norm_weight, nvfp4 ? "packed" : "rows", out0, nvfp4 ? "scales" : "normed", out1,
+        nvfp4 ? "" : " and 16-byte aligned",
+        nvfp4 ? fmt::format(", the global scale {:#x} non-null and 4-byte aligned", out.global_scale) : std::string()));
+  }
+  LaunchShape shape = launch_;
+  shape.pdl = pdl;
+  kernel_(stream, shape, x, w, c, peers, mailbox.mailbox, mailbox.state, mailbox.record, out.norm_weight,
+          out.global_scale, out0, out1, rank, layer, timeout_ns);
 }
 
 }  // namespace pooler
