@@ -6,11 +6,15 @@
 // promises.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "pooler/error.hpp"
 #include "runtime/jit/cubin_elf.hpp"
@@ -36,8 +40,8 @@ const KernelResources* find_kernel(const std::vector<KernelResources>& kernels, 
   return nullptr;
 }
 
-// Every form holds both entry points (C++ cannot vary one function's
-// parameters with a constant); the one the form does not select is empty.
+// Every form holds all three entry points (C++ cannot vary one function's
+// parameters with a constant); those the form does not select are empty.
 void expect_stub(const std::vector<KernelResources>& kernels, const std::string& name) {
   const KernelResources* stub = find_kernel(kernels, name);
   if (stub == nullptr) return;
@@ -47,15 +51,17 @@ void expect_stub(const std::vector<KernelResources>& kernels, const std::string&
 }
 
 // The checks every compiled GEMM form must pass: the architecture, `entry` a
-// real kernel and `stub` the empty one, no local memory or stack, registers
-// that let ctas_per_sm CTAs of the shape share an SM, only dynamic shared
-// memory. Returns the entry's registers (0 when it is missing).
+// real kernel and the other two entry points empty, no local memory or stack,
+// registers that let ctas_per_sm CTAs of the shape share an SM, only dynamic
+// shared memory. Returns the entry's registers (0 when it is missing).
 int expect_gemm_kernel(const CacheEntry& entry, const std::string& architecture, const PoolerGemmShape& shape,
-                       const std::string& kernel_name, const std::string& stub_name) {
+                       const std::string& kernel_name) {
   EXPECT_EQ(cubin_architecture(entry.cubin), architecture);
   const std::vector<KernelResources> kernels = read_cubin_resources(entry.cubin);
-  EXPECT_EQ(kernels.size(), 2u);
-  expect_stub(kernels, stub_name);
+  EXPECT_EQ(kernels.size(), 3u);
+  for (const char* other : {kPoolerGemmEntry, kPoolerGemmPublishEntry, kPoolerGemmConsumeEntry}) {
+    if (kernel_name != other) expect_stub(kernels, other);
+  }
   const KernelResources* found = find_kernel(kernels, kernel_name);
   if (found == nullptr) return 0;
   const KernelResources& kernel = *found;
@@ -100,8 +106,7 @@ TEST_P(GemmForms, EveryModelFormCompilesWithoutLocalMemory) {
     const Case& c = cases[i];
     SCOPED_TRACE(::testing::Message() << forms[i].name() << " " << forms[i].describe_constants() << " for "
                                       << architecture);
-    const int registers =
-        expect_gemm_kernel(*lookups[i].entry, architecture, c.shape, kPoolerGemmEntry, kPoolerGemmPublishEntry);
+    const int registers = expect_gemm_kernel(*lookups[i].entry, architecture, c.shape, kPoolerGemmEntry);
     registers_by_n[c.n] += " " + std::to_string(registers) + (c.shape.ctas_per_sm == 1 ? "*" : "");
   }
   for (const auto& [n, line] : registers_by_n) {
@@ -123,7 +128,7 @@ TEST(GemmForms, OtherShapesCompile) {
   }
   for (const Lookup& lookup : cache.get_all(forms, "sm_90")) {
     const auto kernels = read_cubin_resources(lookup.entry->cubin);
-    ASSERT_EQ(kernels.size(), 2u);
+    ASSERT_EQ(kernels.size(), 3u);
     const KernelResources* kernel = find_kernel(kernels, kPoolerGemmEntry);
     ASSERT_NE(kernel, nullptr);
     EXPECT_EQ(kernel->local_bytes, 0) << lookup.entry->form << " " << lookup.entry->constants;
@@ -159,8 +164,7 @@ TEST_P(GemmPublishForms, EveryModelFormCompilesWithoutLocalMemory) {
     const Case& c = cases[i];
     SCOPED_TRACE(::testing::Message() << forms[i].name() << " " << forms[i].describe_constants() << " for "
                                       << architecture);
-    const int registers =
-        expect_gemm_kernel(*lookups[i].entry, architecture, c.shape, kPoolerGemmPublishEntry, kPoolerGemmEntry);
+    const int registers = expect_gemm_kernel(*lookups[i].entry, architecture, c.shape, kPoolerGemmPublishEntry);
     registers_by_tp[c.tp] += " " + std::to_string(registers) + (c.shape.ctas_per_sm == 1 ? "*" : "");
   }
   for (const auto& [tp, line] : registers_by_tp) {
@@ -170,6 +174,100 @@ TEST_P(GemmPublishForms, EveryModelFormCompilesWithoutLocalMemory) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GemmPublishForms, ::testing::Values("sm_90", "sm_100a"));
+
+// The one-launch forms (GemmPlan::consuming): NVFP4 and BF16 output at every model
+// width, rows 1, 3, 8, 16 and 32, with no local memory (the consume part runs after
+// the main loop, when the accumulators are dead, within the same register budget).
+class GemmConsumeForms : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GemmConsumeForms, EveryModelFormCompilesWithoutLocalMemory) {
+  const std::string architecture = GetParam();
+  testing::ScratchDir dir;
+  KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
+  std::vector<GemmPlan> plans;
+  std::vector<Form> forms;
+  for (int tp : {1, 2, 4, 8}) {
+    const int n = kPooled / tp;
+    for (int rows : {1, 3, 8, 16, 32}) {
+      for (GemmOutput output : {GemmOutput::nvfp4, GemmOutput::bf16}) {
+        plans.push_back(choose_gemm_plan(n, kHidden, rows)
+                            .publishing(GemmPublish{tp, kCapacity})
+                            .consuming(GemmConsume{output, 1e-5f, 1.0f}));
+        forms.push_back(plans.back().form());
+      }
+    }
+  }
+  const std::vector<Lookup> lookups = cache.get_all(forms, architecture);
+  ASSERT_EQ(lookups.size(), forms.size());
+  std::map<std::string, std::string> registers_by_kind;
+  for (std::size_t i = 0; i < lookups.size(); ++i) {
+    const GemmPlan& plan = plans[i];
+    SCOPED_TRACE(::testing::Message() << forms[i].name() << " " << forms[i].describe_constants() << " for "
+                                      << architecture);
+    const int registers = expect_gemm_kernel(*lookups[i].entry, architecture, plan.shape(), kPoolerGemmConsumeEntry);
+    registers_by_kind[fmt::format("tp={} {}", plan.publish()->tp, to_string(plan.consume()->output))] +=
+        " " + std::to_string(registers) + (plan.shape().ctas_per_sm == 1 ? "*" : "");
+  }
+  for (const auto& [kind, line] : registers_by_kind) {
+    std::printf("[ registers ] %s one launch %s rows 1,3,8,16,32 (* one CTA per SM):%s\n", architecture.c_str(),
+                kind.c_str(), line.c_str());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, GemmConsumeForms, ::testing::Values("sm_90", "sm_100a"));
+
+TEST(GemmConsumeForm, NameConstantsEntryAndRefusals) {
+  const GemmPlan publishing = choose_gemm_plan(2048, kHidden, 8).publishing(GemmPublish{2, kCapacity});
+  const Form nvfp4 = publishing.consuming(GemmConsume{GemmOutput::nvfp4, 1e-5f, 1.0f}).form();
+  EXPECT_EQ(nvfp4.name(), "pooler_gemm_b8_n2048_k8192_pub_tp2_cap32_nvfp4_eps1e-05_gc1");
+  ASSERT_EQ(nvfp4.kernels().size(), 1u);
+  EXPECT_EQ(nvfp4.kernels()[0], kPoolerGemmConsumeEntry);
+  for (const char* fragment : {"CONSUME=1", "POOLED=4096", "PUBLISH=1", "TP=2", "EPS=", "GAIN_CENTER="}) {
+    EXPECT_NE(nvfp4.describe_constants().find(fragment), std::string::npos) << nvfp4.describe_constants();
+  }
+  const Form bf16 = publishing.consuming(GemmConsume{GemmOutput::bf16, 1e-6f, 0.0f}).form();
+  EXPECT_NE(bf16.describe_constants().find("CONSUME=2"), std::string::npos) << bf16.describe_constants();
+  EXPECT_NE(bf16.name(), nvfp4.name());
+  // The publishing and plain forms say they consume nothing.
+  EXPECT_NE(publishing.form().describe_constants().find("CONSUME=0"), std::string::npos);
+  EXPECT_EQ(publishing.form().kernels()[0], kPoolerGemmPublishEntry);
+  EXPECT_EQ(publishing.consume(), nullptr);
+  // The launch shape is the publishing GEMM's.
+  const GemmPlan consuming = publishing.consuming(GemmConsume{GemmOutput::nvfp4, 1e-5f, 1.0f});
+  EXPECT_EQ(consuming.launch_shape().grid_x, publishing.launch_shape().grid_x);
+  EXPECT_EQ(consuming.shared_bytes(), publishing.shared_bytes());
+
+  auto message = [](const std::function<void()>& f) { return testing::rejection(f); };
+  testing::expect_mentions(message([&] {
+                             choose_gemm_plan(2048, kHidden, 8).consuming(GemmConsume{GemmOutput::nvfp4, 1e-5f, 1.0f});
+                           }),
+                           {"one-launch form", "needs the fused publish"});
+  testing::expect_mentions(message([&] { publishing.consuming(GemmConsume{}); }), {"output none"});
+  testing::expect_mentions(message([&] {
+                             publishing.consuming(GemmConsume{GemmOutput::bf16, 0.0f, 1.0f});
+                           }),
+                           {"eps 0 must be finite and positive"});
+  testing::expect_mentions(message([&] {
+                             publishing.consuming(GemmConsume{GemmOutput::bf16, 1e-5f, std::nanf("")});
+                           }),
+                           {"gain center nan must be finite"});
+  testing::expect_mentions(message([&] { consuming.form(true); }), {"no trace form"});
+  // One CTA per row: a shape whose grid has fewer CTAs than rows is refused.
+  PoolerGemmShape narrow = choose_gemm_shape(512, 1024, 16);
+  narrow.split_k = 1;
+  narrow.warps_k = 1;
+  narrow.block_size = 32 * 2;
+  narrow.outputs_per_block = 32;
+  narrow.k_unroll = 1;
+  narrow.stages = 0;
+  narrow.async_reduce = false;
+  const GemmPlan few = GemmPlan(32, 512, 1024, narrow).publishing(GemmPublish{1, kCapacity});
+  ASSERT_EQ(few.launch_shape().grid_x, 16u);
+  testing::expect_mentions(message([&] {
+                             few.consuming(GemmConsume{GemmOutput::nvfp4, 1e-5f, 1.0f});
+                           }),
+                           {"16 CTAs are fewer than the 32 rows"});
+}
 
 TEST(GemmPublishForm, NameConstantsAndEntry) {
   const PoolerGemmShape shape = choose_gemm_shape(2048, kHidden, 8);
@@ -599,8 +697,7 @@ TEST(GemmForm, TraceFormsAreSeparateAndCompileWithoutLocalMemory) {
       const Lookup traced_entry = cache.get(traced, architecture);
       EXPECT_NE(plain_entry.entry->key, traced_entry.entry->key);
       const std::string kernel = c.publish ? kPoolerGemmPublishEntry : kPoolerGemmEntry;
-      const std::string stub = c.publish ? kPoolerGemmEntry : kPoolerGemmPublishEntry;
-      EXPECT_GT(expect_gemm_kernel(*traced_entry.entry, architecture, shape, kernel, stub), 0) << traced.name();
+      EXPECT_GT(expect_gemm_kernel(*traced_entry.entry, architecture, shape, kernel), 0) << traced.name();
     }
   }
 }
