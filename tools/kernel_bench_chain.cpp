@@ -10,6 +10,8 @@
 // median over the replays divided by the layers. Beside it, in the same run:
 //   consumers    each path with the baseline consumer and the one-round-trip one
 //                (gather_kernels.hpp, ConsumerVariant), side by side
+//   one launch   the GEMM's one-launch form (PoolerGemm::launch_consume): one kernel per
+//                layer that publishes, then gathers, norms and quantizes
 //   floor        weight bytes per layer / the streaming-read ceiling measured here
 //   GEMM alone   the plain GEMM of every layer, chained the same way
 //   gather       [publish kernel + consumer] - [publish kernel], per layer
@@ -22,9 +24,10 @@
 // NVLink is absent: every publish stores into local HBM, so the fused figures lack the
 // NVLink latency of a real run, and the stock path lacks NCCL's.
 //
-// Before timing, one BF16 and one NVFP4 layer of the fused path are checked bit for bit
-// against the stock norm (+ quantize) of the plain GEMM's output (the same bits as the
-// fused GEMM's), gathered by the same 2D copies.
+// Before timing, one BF16 and one NVFP4 layer of the fused path (with each consumer) and
+// of the one-launch form are checked bit for bit against the stock norm (+ quantize) of
+// the plain GEMM's output (the same bits as the fused GEMM's), gathered by the same 2D
+// copies.
 #include "tools/kernel_bench_chain.hpp"
 
 #include <cublas_v2.h>
@@ -175,6 +178,14 @@ double time_graph(CUstream stream, int replays, int per_replay, Enqueue enqueue)
   return median(samples);
 }
 
+// The one-launch forms of (tp, b, the GEMM's shape): [0] for the BF16 edge layers, [1]
+// for NVFP4.
+std::vector<GemmPlan> one_launch_plans(int tp, int b, const PoolerGemmShape& shape) {
+  const GemmPlan publishing = GemmPlan(b, kPooled / tp, kHidden, shape).publishing(GemmPublish{tp, kCapacity});
+  return {publishing.consuming(GemmConsume{GemmOutput::bf16, kEps, kGainCenter}),
+          publishing.consuming(GemmConsume{GemmOutput::nvfp4, kEps, kGainCenter})};
+}
+
 std::vector<Form> chain_forms(const ChainOptions& o) {
   std::vector<Form> forms = {fill_form(), stock_norm_form(kPooled, kEps, kGainCenter), stock_quantize_form(kPooled)};
   for (const ReadConfig& c : read_configs()) forms.push_back(read_form(c));
@@ -185,6 +196,7 @@ std::vector<Form> chain_forms(const ChainOptions& o) {
       for (const WeightPath& path : weight_paths(n, kHidden, b)) {
         forms.push_back(pooler_gemm_form(b, n, kHidden, path.shape));
         forms.push_back(pooler_gemm_form(b, n, kHidden, path.shape, &publish));
+        for (const GemmPlan& plan : one_launch_plans(tp, b, path.shape)) forms.push_back(plan.form());
       }
     }
     forms.push_back(publish_form(kPooled, tp, kCapacity));
@@ -202,8 +214,10 @@ struct ChainRow {
   std::string path;   // the GEMM's weight path (WeightPath::label)
   bool rule = false;  // the rule's GEMM shape
   std::string shape;
-  double floor = 0, fused[2] = {}, gemm = 0, publish = 0, publish_gather[2] = {}, stock = 0, stock_norm = 0;
+  double floor = 0, fused[2] = {}, one_launch = 0, gemm = 0, publish = 0, publish_gather[2] = {}, stock = 0,
+         stock_norm = 0;
   std::string check;
+  std::string one_launch_refused;  // why there is no one-launch figure (one_launch = -1)
   double gather(int v) const { return publish_gather[v] - publish; }
 };
 
@@ -312,7 +326,20 @@ class ChainRig {
                            n_, kHidden, shape);
     const PoolerGemm fused(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape, &publish), gpu_.arch).entry,
                            gpu_.context, b, n_, kHidden, shape, &publish);
-    row.check = check(plain, fused, b);
+    std::vector<PoolerGemm> one;  // [0] BF16, [1] NVFP4
+    one.reserve(2);
+    try {
+      for (const GemmPlan& plan : one_launch_plans(tp_, b, shape)) {
+        one.emplace_back(*gpu_.cache.get(plan.form(), gpu_.arch).entry, gpu_.context, plan);
+      }
+    } catch (const InvalidArgument& refused) {
+      // The device cannot hold this shape's whole grid at once (PoolerGemm's check):
+      // no one-launch figure for it.
+      one.clear();
+      row.one_launch_refused = refused.what();
+      row.one_launch = -1;
+    }
+    row.check = check(plain, fused, one, b);
     const CUstream s = gpu_.stream;
     const int layers = o_.layers;
     auto each_layer = [&](auto body) {
@@ -327,6 +354,9 @@ class ChainRig {
                        fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
                        consume(layer, b, v);
                      }));
+    }
+    if (!one.empty()) {
+      row.one_launch = time_graph(s, o_.replays, layers, each_layer([&](int layer) { one_launch(one, layer); }));
     }
     row.gemm = time_graph(s, o_.replays, layers,
                           each_layer([&](int layer) { plain.launch(s, x_.get(), weight(layer), c_.get(), true); }));
@@ -367,6 +397,19 @@ class ChainRig {
   CUdeviceptr weight(int layer) const { return weights_.get() + sz(layer) * sz(n_) * kHidden * 2; }
   bool edge(int layer) const { return layer == 0 || layer == o_.layers - 1; }
 
+  // The one-launch form of `layer` (one[0] for the BF16 edge layers, one[1] for NVFP4).
+  void one_launch(const std::vector<PoolerGemm>& one, int layer) const {
+    GemmConsumeOutputs out;
+    out.norm_weight = norm_weight_.get();
+    out.global_scale = global_scale_.get();
+    out.packed = packed_.get();
+    out.scales = scales_.get();
+    out.rows = rows_.get();
+    out.normed = normed_.get();
+    one[edge(layer) ? 0 : 1].launch_consume(gpu_.stream, x_.get(), weight(layer), c_.get(), peers_,
+                                            state_.binding(mailbox_.get()), 0, out, layer, kTimeoutNs, true);
+  }
+
   void consume(int layer, int b, int v) const {
     if (edge(layer)) {
       bf16_[v]->launch(gpu_.stream, norm_weight_.get(), rows_.get(), normed_.get(), b, layer, true);
@@ -406,11 +449,12 @@ class ChainRig {
   }
 
   // One BF16 layer (0) and one NVFP4 layer (1) of the fused path with each consumer
-  // against the stock norm (+ quantize) of the plain GEMM's output: "ok" or what differs.
-  std::string check(const PoolerGemm& plain, const PoolerGemm& fused, int b) {
+  // (v = 0, 1) and of the one-launch form (v = 2) against the stock norm (+ quantize) of
+  // the plain GEMM's output: "ok" or what differs.
+  std::string check(const PoolerGemm& plain, const PoolerGemm& fused, const std::vector<PoolerGemm>& one, int b) {
     const CUstream s = gpu_.stream;
     std::string problems;
-    for (int pass = 0; pass < 4; ++pass) {
+    for (int pass = 0; pass < (one.empty() ? 4 : 6); ++pass) {
       const int layer = pass % 2, v = pass / 2;
       for (const DeviceBuffer* buffer : {&packed_, &scales_, &rows_, &normed_}) {
         POOLER_CU(cuMemsetD8Async(buffer->get(), 0xA5, buffer->bytes(), s), "poisoning a fused output");
@@ -418,8 +462,12 @@ class ChainRig {
       for (const DeviceBuffer* buffer : {&stock_packed_, &stock_scales_, &stock_normed_}) {
         POOLER_CU(cuMemsetD8Async(buffer->get(), 0x5A, buffer->bytes(), s), "poisoning a stock output");
       }
-      fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
-      consume(layer, b, v);
+      if (v < 2) {
+        fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
+        consume(layer, b, v);
+      } else {
+        one_launch(one, layer);
+      }
       plain.launch(s, x_.get(), weight(layer), c_stock_.get(), true);
       gather_and_norm(layer, b);
       POOLER_CU(cuStreamSynchronize(s), "the chain's check");
@@ -430,8 +478,9 @@ class ChainRig {
         std::size_t differ = 0;
         for (std::size_t i = 0; i < bytes; ++i) differ += a[i] != e[i] ? 1 : 0;
         if (differ != 0) {
-          problems += fmt::format("{}{} ({} consumer): {} of {} bytes differ", problems.empty() ? "" : "; ", what,
-                                  to_string(kVariants[v]), differ, bytes);
+          problems +=
+              fmt::format("{}{} ({}): {} of {} bytes differ", problems.empty() ? "" : "; ", what,
+                          v < 2 ? fmt::format("{} consumer", to_string(kVariants[v])) : "one launch", differ, bytes);
         }
       };
       if (edge(layer)) {
@@ -462,11 +511,12 @@ class ChainRig {
 };
 
 void print_row(const ChainRow& r) {
-  const double best = std::min(r.fused[0], r.fused[1]);
+  const double best = std::min({r.fused[0], r.fused[1], r.one_launch > 0 ? r.one_launch : r.fused[0]});
   const std::string path = r.path + (r.rule ? "*" : "");
-  std::printf("%3d %3d %5d %-10s %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s]\n", r.tp, r.b,
-              r.n, path.c_str(), r.fused[0], r.fused[1], r.floor, best / r.floor, r.gemm, r.gather(0), r.gather(1),
-              r.publish, r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str());
+  std::printf("%3d %3d %5d %-10s %8.2f %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s]\n", r.tp,
+              r.b, r.n, path.c_str(), r.fused[0], r.fused[1], r.one_launch, r.floor, best / r.floor, r.gemm,
+              r.gather(0), r.gather(1), r.publish, r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str());
+  if (!r.one_launch_refused.empty()) std::printf("    onelaunch -1: %s\n", r.one_launch_refused.c_str());
   std::fflush(stdout);
 }
 
@@ -483,11 +533,12 @@ void write_json(const std::string& path, const ChainOptions& o, const DeviceInfo
     out << fmt::format(
         "  {{\"tp\": {}, \"b\": {}, \"n\": {}, \"w_path\": \"{}\", \"rule\": {}, \"shape\": \"{}\", "
         "\"fused_us\": {:.3f}, "
-        "\"fused_1rt_us\": {:.3f}, \"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, \"gather_us\": {:.3f}, "
+        "\"fused_1rt_us\": {:.3f}, \"one_launch_us\": {:.3f}, \"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, "
+        "\"gather_us\": {:.3f}, "
         "\"gather_1rt_us\": {:.3f}, \"publish_us\": {:.3f}, \"stock_us\": {:.3f}, "
         "\"stock_norm_us\": {:.3f}, \"check\": \"{}\"}}{}\n",
-        r.tp, r.b, r.n, r.path, r.rule ? "true" : "false", r.shape, r.fused[0], r.fused[1], r.floor, r.gemm,
-        r.gather(0), r.gather(1), r.publish, r.stock, r.stock_norm, r.check, i + 1 < rows.size() ? "," : "");
+        r.tp, r.b, r.n, r.path, r.rule ? "true" : "false", r.shape, r.fused[0], r.fused[1], r.one_launch, r.floor,
+        r.gemm, r.gather(0), r.gather(1), r.publish, r.stock, r.stock_norm, r.check, i + 1 < rows.size() ? "," : "");
   }
   out << " ]\n}\n";
 }
@@ -545,9 +596,9 @@ int chain_main(int argc, char** argv) {
         "\nper-layer chain in loopback (rank 0 of tp; P %d, H %d, %d layers per graph, first and last BF16; "
         "PDL on; us per layer, medians of %d replays)\n",
         kPooled, kHidden, o.layers, o.replays);
-    std::printf("%3s %3s %5s %-10s %8s %8s %8s %6s %8s %8s %8s %8s %8s %8s   %s\n", "tp", "b", "N", "w path", "fused",
-                "fused1rt", "floor", "x_flr", "gemm", "gather", "gath1rt", "publish", "stock", "norm",
-                "check [GEMM shape]");
+    std::printf("%3s %3s %5s %-10s %8s %8s %8s %8s %6s %8s %8s %8s %8s %8s %8s   %s\n", "tp", "b", "N", "w path",
+                "fused", "fused1rt", "onelaunch", "floor", "x_flr", "gemm", "gather", "gath1rt", "publish", "stock",
+                "norm", "check [GEMM shape]");
     std::vector<ChainRow> rows;
     for (int tp : o.tps) {
       ChainRig rig(gpu, o, tp);
@@ -568,15 +619,16 @@ int chain_main(int argc, char** argv) {
     }
     std::printf(
         "\nfused: Pooler::run's kernels (the GEMM publishing from its epilogue, then the consumer) per layer;\n"
-        "  fused1rt: the same with the one-round-trip consumer; floor: the layer's weight bytes (N x H x 2) at the\n"
-        "  read ceiling; x_flr = the faster fused / floor; gemm: the plain GEMM alone, chained; gather: [publish\n"
+        "  fused1rt: the same with the one-round-trip consumer; onelaunch: the GEMM's one-launch form, one kernel\n"
+        "  per layer; floor: the layer's weight bytes (N x H x 2) at the read ceiling; x_flr = the fastest / floor; "
+        "gemm: the plain GEMM alone, chained; gather: [publish\n"
         "  kernel + consumer] - [publish kernel] (gath1rt: one-round-trip consumer); publish: the publish kernel\n"
         "  alone; stock: cuBLAS + tp local 2D copies + stock norm (+ quantize); norm: the stock norm alone.\n"
         "  Loopback: publishes store into local HBM, no NVLink latency and no NCCL in these figures. check: one\n"
-        "  BF16 and one NVFP4 layer per consumer against the stock norm (+ quantize) of the plain GEMM's output,\n"
-        "  bit for bit. w path: the GEMM's weights streamed (stream: registers or a ring), or the CTA's whole\n"
-        "  share in shared memory before the PDL wait (on-chip; on-chip-2: two CTAs per SM); * the rule's.\n"
-        "  Total %.1f s.\n",
+        "  BF16 and one NVFP4 layer per consumer and of the one-launch form against the stock norm (+ quantize)\n"
+        "  of the plain GEMM's output, bit for bit. w path: the GEMM's weights streamed (stream: registers or a\n"
+        "  ring), or the CTA's whole share in shared memory before the PDL wait (on-chip; on-chip-2: two CTAs per\n"
+        "  SM); * the rule's. Total %.1f s.\n",
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     if (!o.json.empty()) {
       write_json(o.json, o, info, ceiling, rows);
