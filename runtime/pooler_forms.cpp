@@ -80,6 +80,21 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
     out.stock_quantize = out.forms.size();
     out.forms.push_back(stock_quantize_form(config.pooled));
   }
+  out.first_one_launch = out.forms.size();
+  if (config.mailbox && config.one_launch) {
+    const GemmPublish publish{config.tp, config.capacity};
+    for (const GemmPlan& plan : out.gemm_plans) {
+      const GemmPlan publishing = plan.publishing(publish);
+      for (const NormConstants& norm : out.nvfp4_norms) {
+        out.one_launch_plans.push_back(
+            publishing.consuming(GemmConsume{GemmOutput::nvfp4, norm.eps, norm.gain_center}));
+      }
+      for (const NormConstants& norm : out.edge_norms) {
+        out.one_launch_plans.push_back(publishing.consuming(GemmConsume{GemmOutput::bf16, norm.eps, norm.gain_center}));
+      }
+    }
+    for (const GemmPlan& plan : out.one_launch_plans) out.forms.push_back(plan.form());
+  }
   return out;
 }
 

@@ -63,6 +63,9 @@ struct Pooler::Impl {
   // Set by check_usable() (const) when it finds a timeout record: the Pooler,
   // like a CUDA stream, is used from one thread at a time.
   bool one_round_trip = false;  // the consumers' variant: options or POOLER_CONSUMER (compile())
+  bool one_launch = false;      // run(): the GEMM's one-launch form; options or POOLER_ONE_LAUNCH (compile())
+  std::vector<std::unique_ptr<PoolerGemm>> one_launch_gemms;        // when one_launch: the plan's one-launch forms
+  std::vector<std::vector<const PoolerGemm*>> one_launch_of_layer;  // [layer][b]; null where b is not compiled
   mutable bool failed = false;
   mutable std::string failure;
 
@@ -77,6 +80,7 @@ struct Pooler::Impl {
   std::vector<int> gather_flags(int mine, const char* why);
   void choose_transport_collectively();
   void all_gather(CUdeviceptr block, int b, CUstream stream) const;
+  void load_one_launch();
   void agree_on_success(const std::string& local_error, const char* step);
   PoolerForms plan;
   std::vector<Lookup> lookups;
@@ -90,6 +94,7 @@ struct Pooler::Impl {
   ExpertInput scratch_outputs(int layer, int b) const;
   void project_and_publish(const PoolerLayer& spec, const TensorView& x, const PoolerGemm& gemm, CUstream stream);
   ExpertInput gather_to(int layer, int b, const ExpertInput& out, CUstream stream);
+  ExpertInput one_launch_to(int layer, const TensorView& x, const ExpertInput& out, CUstream stream);
 };
 
 }  // namespace pooler

@@ -93,6 +93,9 @@ struct POOLER_API PoolerOptions {
   bool allow_nvls = false;  // true: accept a process where NCCL may use NVLink multicast (NCCL_NVLS_ENABLE not 0) for
                             // its own collectives; pooler itself never creates a multicast object. false (default):
                             // construction refuses unless NCCL_NVLS_ENABLE=0
+  bool one_launch = false;  // run(): one kernel per layer, the GEMM's one-launch form (it publishes, then gathers,
+                            // norms and quantizes; same outputs); POOLER_ONE_LAUNCH=0|1 overrides it. project,
+                            // publish and gather are unchanged
 };
 
 // What run() hands the experts. For an NVFP4 layer `packed` (U8 [b, P / 2]) and
