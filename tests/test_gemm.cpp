@@ -20,6 +20,7 @@
 #include "runtime/jit/cubin_elf.hpp"
 #include "runtime/jit/kernel_cache.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
+#include "runtime/pooler_forms.hpp"
 #include "support/process.hpp"
 #include "support/refusal.hpp"
 
@@ -215,6 +216,39 @@ TEST_P(GemmConsumeForms, EveryModelFormCompilesWithoutLocalMemory) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GemmConsumeForms, ::testing::Values("sm_90", "sm_100a"));
+
+TEST(GemmConsumeForm, PoolerFormsListOnePerBatchAndNorm) {
+  // PoolerConfig::one_launch: after every other form, per batch the one-launch GEMM of
+  // each NVFP4 norm, then of each edge norm; one_launch_plan finds them.
+  PoolerConfig config;
+  config.tp = 4;
+  config.batches = {8, 1, 8};
+  config.nvfp4_norms = {NormConstants{1e-5f, 1.0f}, NormConstants{0.25f, 1.0f}, NormConstants{1e-5f, 1.0f}};
+  config.edge_norms = {NormConstants{1e-6f, 0.0f}};
+  const PoolerForms without = pooler_forms(config);
+  EXPECT_TRUE(without.one_launch_plans.empty());
+  config.one_launch = true;
+  const PoolerForms with = pooler_forms(config);
+  ASSERT_EQ(with.first_one_launch, without.forms.size()) << "the other forms keep their places";
+  ASSERT_EQ(with.one_launch_plans.size(), 2u * 3u);
+  ASSERT_EQ(with.forms.size(), without.forms.size() + 6u);
+  for (std::size_t batch = 0; batch < with.batches.size(); ++batch) {
+    for (bool edge : {false, true}) {
+      const auto& norms = edge ? with.edge_norms : with.nvfp4_norms;
+      for (std::size_t norm = 0; norm < norms.size(); ++norm) {
+        const std::size_t i = with.one_launch_plan(batch, edge, norm);
+        const GemmPlan& plan = with.one_launch_plans.at(i);
+        ASSERT_NE(plan.consume(), nullptr);
+        EXPECT_EQ(plan.rows(), with.batches[batch]);
+        EXPECT_EQ(plan.n(), 1024);
+        EXPECT_EQ(plan.publish()->tp, 4);
+        EXPECT_EQ(plan.consume()->output, edge ? GemmOutput::bf16 : GemmOutput::nvfp4);
+        EXPECT_TRUE((NormConstants{plan.consume()->eps, plan.consume()->gain_center} == norms[norm]));
+        EXPECT_EQ(with.forms[with.first_one_launch + i].name(), plan.form().name());
+      }
+    }
+  }
+}
 
 TEST(GemmConsumeForm, NameConstantsEntryAndRefusals) {
   const GemmPlan publishing = choose_gemm_plan(2048, kHidden, 8).publishing(GemmPublish{2, kCapacity});

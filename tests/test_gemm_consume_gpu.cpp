@@ -28,6 +28,7 @@
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/jit/device.hpp"
+#include "runtime/jit/driver.hpp"
 #include "runtime/jit/kernel.hpp"
 #include "support/device_io.hpp"
 #include "support/loopback.hpp"

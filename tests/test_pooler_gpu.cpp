@@ -53,6 +53,10 @@
 //                             and off; 1,000 calls with random b; the 62 layers in a
 //                             graph, 100 replays; then a lamport and an nccl Pooler on
 //                             one communicator, byte for byte, eager and 20 graph replays
+//   PoolerGpuSingle.OneRankOneLaunchMatchesStock  tp = 1, PoolerOptions::one_launch:
+//                             1,000 random-b calls and the graph of all layers
+// EveryFormMatchesStock also runs every layer with PoolerOptions::one_launch (PDL on
+// and off): run() then launches one kernel per layer.
 // A watchdog ends a test that outlives its limit, printing where each rank was.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -162,6 +166,7 @@ struct ModelSpec {
   bool fuse_publish = true;
   bool one_round_trip_consumer = true;
   Transport transport = Transport::automatic;
+  bool one_launch = false;  // PoolerOptions::one_launch: run() launches the GEMM's one-launch form
 
   int set_of(int layer) const { return layer % sets; }
   bool nvfp4(int layer) const { return std::find(edge_layers.begin(), edge_layers.end(), layer) == edge_layers.end(); }
@@ -311,6 +316,7 @@ PoolerOptions options_for(const DeviceModel& model, const ModelSpec& spec, int t
   options.fuse_publish = spec.fuse_publish;
   options.one_round_trip_consumer = spec.one_round_trip_consumer;
   options.transport = spec.transport;
+  options.one_launch = spec.one_launch;
   options.spin_timeout = spec.spin_timeout;
   options.hidden = kHidden;
   options.pooled = kPooled;
@@ -330,6 +336,7 @@ struct RankEnv {
   std::uint64_t seed = 0;
   Problems* problems = nullptr;
   RankProgress* progress = nullptr;
+  bool one_launch = false;  // many_calls and graph: with PoolerOptions::one_launch
 
   void at(const std::string& where) const { progress->set(rank, where); }
   void problem(const std::string& message) const { problems->add(message); }
@@ -846,24 +853,30 @@ void every_form(const RankEnv& env) {
   const ModelSpec base = full_model();
   const DeviceModel model(*env.host, env.stream);
   struct Variant {
-    bool pdl, fuse, one_round_trip;
+    bool pdl, fuse, one_round_trip, one_launch;
   };
-  for (const Variant& v : {Variant{true, true, true}, Variant{false, true, true}, Variant{true, false, true},
-                           Variant{true, true, false}}) {
+  // With one launch, run() calls use the one-launch form and the split calls (project,
+  // publish, gather) the consumer: the two alternate on one mailbox.
+  for (const Variant& v :
+       {Variant{true, true, true, false}, Variant{false, true, true, false}, Variant{true, false, true, false},
+        Variant{true, true, false, false}, Variant{true, true, false, true}, Variant{false, true, true, true}}) {
     const bool pdl = v.pdl;
     const bool fuse = v.fuse;
     ModelSpec spec = base;
     spec.pdl = pdl;
     spec.fuse_publish = fuse;
     spec.one_round_trip_consumer = v.one_round_trip;
-    const std::string what =
-        fmt::format("every form, PDL {}, publish {}, consumer {}", pdl ? "on" : "off",
-                    fuse ? "in the GEMM" : "as a kernel", v.one_round_trip ? "one round trip" : "baseline");
+    spec.one_launch = v.one_launch;
+    const std::string what = fmt::format(
+        "every form, PDL {}, publish {}, consumer {}{}", pdl ? "on" : "off", fuse ? "in the GEMM" : "as a kernel",
+        v.one_round_trip ? "one round trip" : "baseline", v.one_launch ? ", one launch" : "");
     Harness harness(env, model, spec);
     const std::vector<std::string> forms = harness.pooler().forms();
     // GEMMs (and their publishing twins), the publish, NVFP4 consumers for eps
-    // 1e-5 and 0.25, one BF16 consumer.
-    const std::size_t expected_forms = spec.batches.size() * (fuse ? 2 : 1) + 1 + 2 + 1;
+    // 1e-5 and 0.25, one BF16 consumer; with one launch, a one-launch GEMM per
+    // batch and norm (two NVFP4, one BF16).
+    const std::size_t expected_forms =
+        spec.batches.size() * (fuse ? 2 : 1) + 1 + 2 + 1 + (v.one_launch ? spec.batches.size() * 3 : 0);
     if (forms.size() != expected_forms) {
       env.problem(fmt::format("{}: the Pooler compiled {} forms, expected {}", what, forms.size(), expected_forms));
     }
@@ -883,7 +896,8 @@ void every_form(const RankEnv& env) {
 
 // `count` calls in model order (layer = call % 62), b random per call; with
 // `delays`, before half of them a random rank spins 0-200 us.
-void many_calls(const RankEnv& env, int count, bool delays, const ModelSpec& spec = full_model()) {
+void many_calls(const RankEnv& env, int count, bool delays, ModelSpec spec = full_model()) {
+  if (env.one_launch) spec.one_launch = true;
   const DeviceModel model(*env.host, env.stream);
   Harness harness(env, model, spec);
   PlanMaker maker(env.seed ^ (delays ? 0x3333ull : 0x4444ull), spec);
@@ -900,7 +914,8 @@ void many_calls(const RankEnv& env, int count, bool delays, const ModelSpec& spe
 }
 
 // warm_up, then every layer in one CUDA graph, replayed; then eager calls again.
-void graph(const RankEnv& env, int replays, const ModelSpec& spec = full_model()) {
+void graph(const RankEnv& env, int replays, ModelSpec spec = full_model()) {
+  if (env.one_launch) spec.one_launch = true;
   const DeviceModel model(*env.host, env.stream);
   Harness harness(env, model, spec);
   env.at("warm-up before capture");
@@ -1308,7 +1323,8 @@ enum class Scenario {
   warm_up,
   destruction,
   one_rank,
-  nccl
+  nccl,
+  one_rank_one_launch
 };
 
 struct ScenarioInfo {
@@ -1330,6 +1346,7 @@ const std::vector<ScenarioInfo>& scenarios() {
       {Scenario::destruction, "destruction", 2, std::chrono::seconds(150)},
       {Scenario::one_rank, "one_rank", 8, std::chrono::seconds(300)},
       {Scenario::nccl, "nccl", 8, std::chrono::seconds(400)},
+      {Scenario::one_rank_one_launch, "one_rank_one_launch", 8, std::chrono::seconds(300)},
   };
   return all;
 }
@@ -1373,6 +1390,13 @@ void run_scenario(Scenario scenario, const RankEnv& env) {
       many_calls(env, 1'000, false);
       graph(env, 100);
       return;
+    case Scenario::one_rank_one_launch: {
+      RankEnv one = env;
+      one.one_launch = true;
+      many_calls(one, 1'000, false);
+      graph(one, 100);
+      return;
+    }
   }
 }
 
@@ -1534,6 +1558,13 @@ TEST(PoolerGpuThreads, NcclTransportMatchesStockAndLamport) {
 TEST(PoolerGpuProcesses, NcclTransportMatchesStockAndLamport) {
   POOLER_REQUIRE_GPUS(kRanks);
   run_in_processes(Scenario::nccl);
+}
+
+// tp = 1 with PoolerOptions::one_launch: random b per call and the graph of all
+// layers (every_form, in OneRankMatchesStock and at tp = 2, runs it eagerly too).
+TEST(PoolerGpuSingle, OneRankOneLaunchMatchesStock) {
+  POOLER_REQUIRE_GPUS(1);
+  run_in_threads(Scenario::one_rank_one_launch, 1);
 }
 
 // Runs only as a child of the PoolerGpuProcesses tests (skipped otherwise).
