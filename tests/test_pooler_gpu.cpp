@@ -1336,7 +1336,7 @@ struct ScenarioInfo {
 
 const std::vector<ScenarioInfo>& scenarios() {
   static const std::vector<ScenarioInfo> all = {
-      {Scenario::every_form, "every_form", 8, std::chrono::seconds(300)},
+      {Scenario::every_form, "every_form", 8, std::chrono::seconds(480)},  // five variants, two with one launch
       {Scenario::many_calls, "many_calls", 8, std::chrono::seconds(300)},
       {Scenario::delayed_rank, "delayed_rank", 8, std::chrono::seconds(200)},
       {Scenario::graph, "graph", 8, std::chrono::seconds(240)},
@@ -1344,7 +1344,7 @@ const std::vector<ScenarioInfo>& scenarios() {
       {Scenario::mismatched, "mismatched", 2, std::chrono::seconds(150)},
       {Scenario::warm_up, "warm_up", 8, std::chrono::seconds(200)},
       {Scenario::destruction, "destruction", 2, std::chrono::seconds(150)},
-      {Scenario::one_rank, "one_rank", 8, std::chrono::seconds(300)},
+      {Scenario::one_rank, "one_rank", 8, std::chrono::seconds(480)},
       {Scenario::nccl, "nccl", 8, std::chrono::seconds(400)},
       {Scenario::one_rank_one_launch, "one_rank_one_launch", 8, std::chrono::seconds(300)},
   };
