@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
 
 #include "runtime/jit/cubin_elf.hpp"
 #include "runtime/jit/kernel_cache.hpp"
@@ -169,6 +172,29 @@ TEST_F(CubinTool, HonoursCacheOff) {
   // --cache-dir still names a folder to use.
   EXPECT_NE(run_process({POOLER_CUBIN_TOOL, "--cache-dir", dir_.path(), "list"}, off).output.find("2 entries"),
             std::string::npos);
+}
+
+// build --one-launch adds the GEMM's one-launch forms (NVFP4 and BF16 per norm and batch),
+// compiled with no local memory (every kernel's line says 0 local bytes).
+TEST_F(CubinTool, BuildsTheOneLaunchForms) {
+  const std::map<std::string, std::string> off = {{"POOLER_CACHE", "off"}};
+  const auto built =
+      run_process({POOLER_CUBIN_TOOL, "build", "--one-launch", "--tp", "8", "--batches", "1", "--arch", "sm_90"}, off);
+  ASSERT_EQ(built.exit_code, 0) << built.output;
+  for (const char* name : {"pooler_gemm_b1_n512_k8192_pub_tp8_cap32_nvfp4_eps1e-05_gc1 ",
+                           "pooler_gemm_b1_n512_k8192_pub_tp8_cap32_bf16_eps1e-05_gc1 ", "pooler_gemm_consume"}) {
+    EXPECT_NE(built.output.find(name), std::string::npos) << name << "\n" << built.output;
+  }
+  std::istringstream lines(built.output);
+  std::string line;
+  int kernels = 0;
+  while (std::getline(lines, line)) {
+    const std::size_t local = line.find(" local ");
+    if (local == std::string::npos) continue;
+    ++kernels;
+    EXPECT_EQ(line.substr(local - 2, 2), " 0") << line;
+  }
+  EXPECT_GT(kernels, 6);
 }
 
 // sass writes the cubin for the disassembler into a fresh private folder,
