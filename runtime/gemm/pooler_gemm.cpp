@@ -602,30 +602,27 @@ PoolerGemm::PoolerGemm(const CacheEntry& entry, CUcontext context, const GemmPla
 
 int PoolerGemm::resident_ctas(CUcontext context) const {
   ContextScope scope(context);
-  const std::string what = fmt::format("pooler GEMM {}: occupancy", kernel_.name());
-  if (shape_.split_k > 1) {
-    // Clusters are placed whole within a GPC: count clusters, not CTAs per SM.
-    CUlaunchConfig config = {};
-    config.gridDimX = launch_.grid_x;
-    config.gridDimY = 1;
-    config.gridDimZ = 1;
-    config.blockDimX = launch_.block_x;
-    config.blockDimY = 1;
-    config.blockDimZ = 1;
-    config.sharedMemBytes = launch_.shared_bytes;
-    int clusters = 0;
-    POOLER_CU(cuOccupancyMaxActiveClusters(&clusters, kernel_.function(), &config), what);
-    return clusters * shape_.split_k;
-  }
-  int per_sm = 0;
-  POOLER_CU(cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel_.function(), static_cast<int>(launch_.block_x),
-                                                        launch_.shared_bytes),
-            what);
-  CUdevice device = 0;
-  POOLER_CU(cuCtxGetDevice(&device), what);
-  int sms = 0;
-  POOLER_CU(cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device), what);
-  return per_sm * sms;
+  // Clusters are placed whole within a GPC: count clusters, not CTAs per SM. The
+  // cluster size is the kernel's compiled one, also stated (required for split_k = 1).
+  CUlaunchAttribute cluster[1] = {};
+  cluster[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  cluster[0].value.clusterDim.x = static_cast<unsigned>(shape_.split_k);
+  cluster[0].value.clusterDim.y = 1;
+  cluster[0].value.clusterDim.z = 1;
+  CUlaunchConfig config = {};
+  config.gridDimX = launch_.grid_x;
+  config.gridDimY = 1;
+  config.gridDimZ = 1;
+  config.blockDimX = launch_.block_x;
+  config.blockDimY = 1;
+  config.blockDimZ = 1;
+  config.sharedMemBytes = launch_.shared_bytes;
+  config.attrs = cluster;
+  config.numAttrs = 1;
+  int clusters = 0;
+  POOLER_CU(cuOccupancyMaxActiveClusters(&clusters, kernel_.function(), &config),
+            fmt::format("pooler GEMM {}: occupancy (clusters of {})", kernel_.name(), shape_.split_k));
+  return clusters * shape_.split_k;
 }
 
 void PoolerGemm::check_co_resident(CUcontext context) const {
@@ -682,10 +679,9 @@ void PoolerGemm::launch(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdevicep
 void PoolerGemm::launch_publish(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, const MailboxPeers& peers,
                                 CUdeviceptr state, int rank, bool pdl) const {
   if (!publishes() || consumes()) {
-    throw InvalidArgument(
-        fmt::format("pooler GEMM launch_publish: the form (rows {}, N {}) {}", rows_, n_,
-                    consumes() ? "is the one-launch form; use launch_consume"
-                               : "does not publish; build it with a GemmPublish, or use launch"));
+    throw InvalidArgument(fmt::format("pooler GEMM launch_publish: the form (rows {}, N {}) {}", rows_, n_,
+                                      consumes() ? "is the one-launch form; use launch_consume"
+                                                 : "does not publish; build it with a GemmPublish, or use launch"));
   }
   if (x == 0 || w == 0 || c == 0 || (x % 16) != 0 || (w % 16) != 0 || (c % 16) != 0) {
     throw InvalidArgument(
