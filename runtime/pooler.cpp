@@ -255,7 +255,7 @@ ExpertInput Pooler::run(int layer, const TensorView& x, CUstream stream) {
   const PoolerLayer& spec = s.layer_at(layer, "run");
   const int b = s.rows_of(x, "run");
   const PoolerGemm& gemm = s.gemm_for(b, "run", stream);
-  if (s.one_launch) return s.one_launch_to(layer, x, s.scratch_outputs(layer, b), stream);
+  if (s.launches_once(layer, b)) return s.one_launch_to(layer, x, s.scratch_outputs(layer, b), stream);
   s.project_and_publish(spec, x, gemm, stream);
   return s.gather_to(layer, b, s.scratch_outputs(layer, b), stream);
 }
@@ -267,7 +267,7 @@ ExpertInput Pooler::run(int layer, const TensorView& x, const ExpertInput& out, 
   const int b = s.rows_of(x, "run");
   const PoolerGemm& gemm = s.gemm_for(b, "run", stream);
   s.check_outputs(layer, b, out, "run");
-  if (s.one_launch) return s.one_launch_to(layer, x, out, stream);
+  if (s.launches_once(layer, b)) return s.one_launch_to(layer, x, out, stream);
   s.project_and_publish(spec, x, gemm, stream);
   return s.gather_to(layer, b, out, stream);
 }

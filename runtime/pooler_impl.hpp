@@ -65,7 +65,7 @@ struct Pooler::Impl {
   bool one_round_trip = false;  // the consumers' variant: options or POOLER_CONSUMER (compile())
   bool one_launch = false;      // run(): the GEMM's one-launch form; options or POOLER_ONE_LAUNCH (compile())
   std::vector<std::unique_ptr<PoolerGemm>> one_launch_gemms;        // when one_launch: the plan's one-launch forms
-  std::vector<std::vector<const PoolerGemm*>> one_launch_of_layer;  // [layer][b]; null where b is not compiled
+  std::vector<std::vector<const PoolerGemm*>> one_launch_of_layer;  // [layer][b]; null where b has none
   mutable bool failed = false;
   mutable std::string failure;
 
@@ -95,6 +95,10 @@ struct Pooler::Impl {
   void project_and_publish(const PoolerLayer& spec, const TensorView& x, const PoolerGemm& gemm, CUstream stream);
   ExpertInput gather_to(int layer, int b, const ExpertInput& out, CUstream stream);
   ExpertInput one_launch_to(int layer, const TensorView& x, const ExpertInput& out, CUstream stream);
+  // Whether run() of `layer` at b launches one kernel (one_launch, and the form fits the GPU).
+  bool launches_once(int layer, int b) const {
+    return one_launch && one_launch_of_layer[static_cast<std::size_t>(layer)][static_cast<std::size_t>(b)] != nullptr;
+  }
 };
 
 }  // namespace pooler

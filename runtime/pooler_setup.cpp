@@ -256,16 +256,23 @@ void Pooler::Impl::load_mailbox() {
   if (one_launch) load_one_launch();
 }
 
-// The one-launch GEMMs (PoolerGemm refuses a form whose grid the device cannot hold at
-// once), and which one each layer runs at each b.
+// The one-launch GEMMs, and which one each layer runs at each b. PoolerGemm refuses a
+// form whose grid the device cannot hold at once (its CTAs spin on each other); run()
+// takes the two-kernel path at those b, and the log says so.
 void Pooler::Impl::load_one_launch() {
   const CUcontext ctx = context->get();
   std::map<std::pair<bool, NormKey>, std::size_t> norm_index;  // (edge, norm) -> its place in the plan's norms
   for (std::size_t i = 0; i < plan.nvfp4_norms.size(); ++i) norm_index[{false, norm_key(plan.nvfp4_norms[i])}] = i;
   for (std::size_t i = 0; i < plan.edge_norms.size(); ++i) norm_index[{true, norm_key(plan.edge_norms[i])}] = i;
   for (std::size_t i = 0; i < plan.one_launch_plans.size(); ++i) {
-    one_launch_gemms.push_back(
-        std::make_unique<PoolerGemm>(*lookups[plan.first_one_launch + i].entry, ctx, plan.one_launch_plans[i]));
+    try {
+      one_launch_gemms.push_back(
+          std::make_unique<PoolerGemm>(*lookups[plan.first_one_launch + i].entry, ctx, plan.one_launch_plans[i]));
+    } catch (const InvalidArgument& refused) {
+      log().info("Pooler rank {}: b = {} runs the two-kernel path: {}", rank, plan.one_launch_plans[i].rows(),
+                 refused.what());
+      one_launch_gemms.push_back(nullptr);
+    }
   }
   for (const PoolerLayer& layer : options.layers) {
     const bool edge = !layer.nvfp4();
