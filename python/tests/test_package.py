@@ -31,9 +31,10 @@ def test_layouts_are_the_c_compilers():
     _abi.check()  # also ran at import
     sizes = {name: size for name, size, _fields in _layout.STRUCTS}
     # The sizes runtime/c_api.cpp asserts (a change there is a new ABI version).
-    assert sizes == {"pooler_unique_id": 128, "pooler_layer_desc": 32, "pooler_options": 56, "pooler_tensor": 32,
+    assert sizes == {"pooler_unique_id": 128, "pooler_layer_desc": 32, "pooler_options": 64, "pooler_tensor": 32,
                      "pooler_expert_input": 104, "pooler_peer_timeout_info": 32}
     assert _abi.Options.spin_timeout_ns.offset == 40 and _abi.Options.pooled.offset == 52
+    assert _abi.Options.transport.offset == 56 and _abi.Options.allow_nvls.offset == 60
     assert _abi.ExpertInput.packed.offset == 8 and _abi.PeerTimeoutInfo.elapsed_ns.offset == 24
     assert ctypes.sizeof(_abi.UniqueId) == 128
 
