@@ -1,30 +1,6 @@
-// mailbox.cuh: the Lamport mailbox of the pooler gather (design/protocol.md).
-//
-// Layout of one rank's mailbox: BF16 [3 stages][TP slots][CAPACITY rows][W = POOLED / TP],
-// every element 0x8000 (BF16 -0.0, "not yet written") between uses. Call n uses stage
-// n % 3; rank r writes its [b, W] block into slot [stage][r] of every rank's mailbox.
-//
-// The structs below are shared with the host (runtime/comm/mailbox.hpp includes this
-// header), so that the kernels' parameters and the host's copies have one definition. The
-// device helpers (their PTX wrappers are in ptx.cuh) are compiled only by a CUDA compiler.
-//
-// State protocol (one MailboxStateBlock per mailbox, in device memory):
-//   - every kernel of a call reads `stage` (after pdl_wait) and never writes it, except:
-//   - each consumer CTA, once done with the call, adds one to `arrived` (acq_rel);
-//     the CTA that brings it to gridDim.x records rows[stage] = gridDim.x (the rows
-//     this call used, which the next call clears), advances stage to (stage + 1) % 3,
-//     counts the call and resets `arrived` to 0. Nothing host-side changes between
-//     calls, so calls can be captured in a CUDA graph and replayed.
-//   - the consumer of call n clears rows[(s + 2) % 3] rows of every slot of stage
-//     (s + 2) % 3, i.e. what call n - 1 used: every peer finished writing them (this
-//     rank consumed them), and none writes that stage again before call n + 2, which
-//     needs this rank's publish of call n + 1.
-//   - the one-round-trip consumers (below) clear what they read within their own call
-//     instead, and record rows[stage] = 0; the two kinds may follow each other.
-//   - `failed` is sticky: set (atomicCAS 0 -> 1) by the first poller that passes its
-//     deadline, which alone fills the host-visible TimeoutRecord. Later pollers that find
-//     it set give up at once instead of waiting out their own deadline. The host must
-//     reset the state and refill the mailbox with the sentinel before the next call.
+// mailbox.cuh: the Lamport mailbox's layout, state and device protocol. Layout, state protocol,
+// clearing, memory ordering and timeouts: docs/design/protocol.md. The structs are shared with the
+// host (runtime/comm/mailbox.hpp includes this header); the device helpers need a CUDA compiler.
 #pragma once
 
 #include "numerics.cuh"
@@ -33,8 +9,7 @@
 
 namespace pooler {
 
-// Stages of the mailbox: a peer can be one call ahead while this rank reads call n and
-// clears call n - 1.
+// A peer can be one call ahead while this rank reads call n and clears call n - 1.
 constexpr int kMailboxStages = 3;
 // Slots of the peer table: the largest tensor-parallel size.
 constexpr int kMailboxMaxPeers = 8;
@@ -52,8 +27,7 @@ struct MailboxStateBlock {
   u32 reserved;
 };
 
-// What the first poller to pass its deadline leaves in host-visible (mapped) memory.
-// The kernel writes every other field, then a system fence, then `flag`.
+// What the first poller to pass its deadline leaves in host-visible (mapped) memory, `flag` last.
 struct TimeoutRecord {
   u32 flag;                       // 0: nothing happened; 1: the record below is valid
   int rank;                       // the consumer's rank
@@ -77,12 +51,10 @@ static_assert(sizeof(MailboxPeers) == 64, "MailboxPeers layout is shared with th
 
 // ---- sentinel -----------------------------------------------------------------------
 
-// Whether either BF16 lane of a word is exactly 0x8000: a bitwise test, because a float
-// compare would take +0.0 for the sentinel too.
+// Bitwise: a float compare would take +0.0 for the sentinel too.
 POOLER_DEVICE bool has_sentinel_lane(u32 w) { return (w & 0xFFFFu) == 0x8000u || (w & 0xFFFF0000u) == 0x80000000u; }
 
-// The word with every -0.0 lane made +0.0, so that a published value is never read as
-// "not yet written".
+// Every -0.0 lane made +0.0, so that a published value is never the sentinel.
 POOLER_DEVICE u32 without_negative_zero(u32 w) {
   const u32 low = (w & 0xFFFFu) == 0x8000u ? 0x8000u : 0u;
   const u32 high = (w & 0xFFFF0000u) == 0x80000000u ? 0x80000000u : 0u;
@@ -100,14 +72,12 @@ POOLER_DEVICE unsigned long long mailbox_row_offset(u32 stage, u32 slot, u32 row
 
 // ---- the consumer side ------------------------------------------------------------------
 
-// What a consumer CTA reads of the state when it starts.
 struct MailboxCall {
   u32 stage;          // this call's stage
   u32 rows_to_clear;  // rows the previous call used in stage (stage + 2) % 3
 };
 
-// Every thread reads the state itself (a broadcast load; cheaper than a barrier). Call
-// after pdl_wait(): the previous call's last CTA wrote it.
+// Every thread reads the state (a broadcast load; cheaper than a barrier). After pdl_wait().
 POOLER_DEVICE MailboxCall mailbox_begin(const MailboxStateBlock* state) {
   MailboxCall call;
   call.stage = ld_relaxed_gpu_u32(&state->stage);
@@ -115,9 +85,8 @@ POOLER_DEVICE MailboxCall mailbox_begin(const MailboxStateBlock* state) {
   return call;
 }
 
-// Writes the sentinel back into the 16 columns [column, column + 16) of the rows that
-// the previous call used in stage (stage + 2) % 3: CTA i takes rows i, i + gridDim.x, ...
-// and its POOLED / 16 threads cover every slot of each row (slot = column / W).
+// The sentinel back into this thread's 16 columns of the previous call's rows (CTA i: rows i,
+// i + gridDim.x, ...). why: docs/design/protocol.md, "Three stages and clearing".
 template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE void mailbox_clear_previous(u16* mailbox, const MailboxCall& call, u32 column) {
   const u32 stage = (call.stage + 2u) % kMailboxStages;
@@ -132,10 +101,8 @@ POOLER_DEVICE void mailbox_clear_previous(u16* mailbox, const MailboxCall& call,
   }
 }
 
-// Fills the host-visible record, once per failure: the first poller past its deadline
-// wins the CAS on the state's sticky flag. The record lives in mapped host memory, where
-// atomics are not reliable across PCIe, so the CAS is on the device state and the record
-// is written with plain stores, `flag` last after a system fence.
+// Once per failure (the CAS on the device state); plain stores, since atomics on mapped host
+// memory are not reliable across PCIe (why: docs/design/protocol.md, "Timeouts").
 POOLER_DEVICE void mailbox_report_timeout(MailboxStateBlock* state, TimeoutRecord* record, int rank, int missing_peer,
                                           int layer, u32 stage, unsigned long long elapsed_ns) {
   if (atom_cas_relaxed_gpu_u32(&state->failed, 0u, 1u) != 0u) return;
@@ -151,10 +118,8 @@ POOLER_DEVICE void mailbox_report_timeout(MailboxStateBlock* state, TimeoutRecor
   fence_acq_rel_sys();
 }
 
-// Polls this thread's 16 columns [column, column + 16) of row `row` in stage `stage` of
-// the local mailbox until no 16-bit lane is the sentinel; x receives the 16 values
-// (word k: columns 2k low, 2k + 1 high). Gives up (returning false, x undefined) after
-// `timeout_ns` of %globaltimer, or at once when another poller has already failed.
+// Polls this thread's 16 columns of `row` until no lane is the sentinel (word k: columns 2k low,
+// 2k + 1 high). False after timeout_ns or another poller's failure (x undefined).
 template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE bool mailbox_poll16(const u16* mailbox, MailboxStateBlock* state, TimeoutRecord* record,
                                   const MailboxCall& call, u32 row, u32 column, int rank, int layer,
@@ -197,10 +162,7 @@ POOLER_DEVICE bool mailbox_poll16(const u16* mailbox, MailboxStateBlock* state, 
   return ok;
 }
 
-// The end of a consumer CTA: counts its arrival; the CTA that completes the call
-// records its rows for the next call's clearing and advances the stage. The acq_rel
-// add orders every CTA's reads of the state (in mailbox_begin, by any of its threads:
-// the barrier brings them before thread 0's release) before the last CTA's writes.
+// The last CTA to arrive advances the stage. why: docs/design/protocol.md, "Memory ordering".
 POOLER_DEVICE void mailbox_arrive(MailboxStateBlock* state, const MailboxCall& call) {
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -215,31 +177,15 @@ POOLER_DEVICE void mailbox_arrive(MailboxStateBlock* state, const MailboxCall& c
 }
 
 // ---- the consumer side, one round trip after the PDL wait ---------------------------------
-// The consumers with ONE_ROUND_TRIP = 1 keep the protocol above (the same stage, state
-// block and timeout record; mixable call by call with the consumers above) but shorten
-// what follows their PDL wait to one dependent round trip to memory:
-//   - the state block (two 16-byte loads) and this thread's 16 columns of the row in all
-//     three stages are loaded at once; the stage then picks one of the three in registers
-//     (the other two are ignored: a peer one call ahead may be writing one of them);
-//   - the thread writes the sentinel back into what it has read, as soon as it has read
-//     it: every peer has written it (this rank consumed it) and none writes that stage
-//     again before this rank's publish of call n + 2. So a call leaves nothing to clear
-//     (it records rows[stage] = 0); rows that a call of the consumers above left are
-//     cleared as they would be, from the same state load;
-//   - CTA 0 advances the stage once every other CTA has arrived. The others arrive as soon
-//     as they have read (before their norm and stores, so that CTA 0 rarely waits), with a
-//     release reduction that returns nothing (they do not wait for it); only CTA 0 waits,
-//     and only with more than one CTA.
+// why: docs/design/protocol.md, "The one-round-trip consumer".
 
-// What a CTA read of the state block.
 struct MailboxSnapshot {
   u32 stage;          // this call's stage
   u32 rows_to_clear;  // rows a call of the consumers above left in stage (stage + 2) % 3
   u32 calls;          // completed calls before this one
 };
 
-// The 16 columns [column, column + 16) of row `row` in stage `stage` (word k: columns 2k
-// low, 2k + 1 high).
+// Word k: columns 2k (low) and 2k + 1 (high).
 template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE void mailbox_load16(const u16* mailbox, u32 stage, u32 row, u32 column, u32 (&x)[8]) {
   const u16* p = mailbox + mailbox_row_offset<kTp, kCapacity, kWidth>(stage, column / kWidth, row) + column % kWidth;
@@ -260,9 +206,8 @@ POOLER_DEVICE bool has_sentinel16(const u32 (&x)[8]) {
   return pending;
 }
 
-// Reads the state and this thread's 16 columns of row `row` of this call's stage, waiting
-// (mailbox_poll16: deadline, record, sticky failure) only where a peer has not published
-// yet. Call right after pdl_wait(). Returns false after a timeout (x undefined).
+// All three stages at once, the stage picked in registers; polls only where a peer has not
+// published yet. Right after pdl_wait(); false after a timeout (x undefined).
 template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE bool mailbox_read16(const u16* mailbox, MailboxStateBlock* state, TimeoutRecord* record, u32 row,
                                   u32 column, int rank, int layer, unsigned long long timeout_ns,
@@ -286,20 +231,15 @@ POOLER_DEVICE bool mailbox_read16(const u16* mailbox, MailboxStateBlock* state, 
   return mailbox_poll16<kTp, kCapacity, kWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
 }
 
-// A CTA other than CTA 0 arrives, once every thread has its row (mailbox_read16): the
-// release reduction orders the CTA's reads of the state and of its row (by any of its
-// threads: the barrier brings them before thread 0's release) before CTA 0's acquire in
-// mailbox_finish16, and so before its writes. Issued before any store of the CTA, so
-// that the release has nothing to wait for.
+// CTAs other than 0, before any store, so that the release waits for nothing.
+// why: docs/design/protocol.md, "Memory ordering".
 POOLER_DEVICE void mailbox_arrive_after_read(MailboxStateBlock* state) {
   __syncthreads();
   if (threadIdx.x == 0 && blockIdx.x != 0) red_add_release_gpu_u32(&state->arrived, 1u);
 }
 
-// The end of a CTA of this call, after its outputs are stored: the sentinel back into
-// what this thread read and into the rows an earlier call left; then CTA 0, once every
-// other CTA has arrived (mailbox_arrive_after_read), records that this call left nothing
-// to clear, advances the stage and counts the call.
+// After the outputs are stored: clear what was read and what a baseline call left; CTA 0 then
+// advances the stage once every other CTA has arrived.
 template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, const MailboxSnapshot& snapshot, u32 row,
                                     u32 column) {
@@ -308,11 +248,9 @@ POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, cons
   st_global_v4(p, sentinel);
   st_global_v4(p + 8, sentinel);
   mailbox_clear_previous<kTp, kCapacity, kWidth>(mailbox, MailboxCall{snapshot.stage, snapshot.rows_to_clear}, column);
-  // CTA 0's own reads precede these writes in its program order and by the barrier of
-  // mailbox_arrive_after_read.
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  // Every CTA of the grid is resident (they all passed pdl_wait before any dependent
-  // launch could take their place) and each arrives even after a timeout, so this ends.
+  // Ends: the grid is co-resident and every CTA arrives, even after a timeout.
+  // why: docs/design/protocol.md, "The one-round-trip consumer".
   if (gridDim.x > 1u) {
     while (ld_acquire_gpu_u32(&state->arrived) != gridDim.x - 1u) {}
   }

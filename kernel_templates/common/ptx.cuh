@@ -1,10 +1,6 @@
-// ptx.cuh: the inline-PTX wrappers of the pooler kernels (memory accesses with an
-// explicit scope or cache policy, atomics, fences, cp.async, cluster and mbarrier
-// operations, the MMA), in one place for the GEMM and the mailbox kernels.
-//
-// Every wrapper that touches memory is an asm volatile with a memory clobber (unless it
-// says otherwise), so that no access moves across pdl_wait() (itself such an asm) and
-// none is merged or cached away. Addresses must be aligned to the access size.
+// ptx.cuh: the inline-PTX wrappers of the GEMM and the mailbox kernels. Every wrapper that touches
+// memory is asm volatile with a memory clobber (unless it says otherwise), so that no access moves
+// across pdl_wait() or is merged. Addresses must be aligned to the access size.
 #pragma once
 
 #include "numerics.cuh"
@@ -59,18 +55,15 @@ POOLER_DEVICE U32x4 ld_global_cg_v4(const void* address) {
 
 // ---- global memory: streamed once (the GEMM's weights) -----------------------------------
 
-// An L2 policy that evicts first: for data read once per call, so that keeping it does
-// not push out what is read again.
+// For data read once per call, so that it does not push out what is read again.
 POOLER_DEVICE unsigned long long l2_evict_first_policy() {
   unsigned long long policy;
   asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
   return policy;
 }
 
-// A 16-byte load of data that no kernel writes while this one runs (so .nc is safe even
-// before pdl_wait), read once (no L1 allocation, the L2 policy `policy`), fetched in
-// 256-byte L2 requests. No memory clobber: callers order it by its volatility alone. The
-// element type is kept (not const void*): it steers how NVVM folds the callers' offsets.
+// Data no kernel writes while this one runs (.nc is safe before pdl_wait), read once. No memory
+// clobber. T is kept (not const void*): it steers how NVVM folds the callers' offsets.
 template <class T>
 POOLER_DEVICE U32x4 ld_stream_v4(const T* address, unsigned long long policy) {
   U32x4 v;
@@ -82,8 +75,7 @@ POOLER_DEVICE U32x4 ld_stream_v4(const T* address, unsigned long long policy) {
 
 // ---- global memory: scoped (the mailbox and its state) -----------------------------------
 
-// A strong load of the local mailbox: relaxed at system scope, because peers on other
-// GPUs write it over NVLink; it never hits a stale L1 line.
+// System scope: peers on other GPUs write the mailbox over NVLink; never a stale L1 line.
 POOLER_DEVICE void ld_relaxed_sys_v4(const void* address, u32 (&v)[4]) {
   asm volatile("ld.relaxed.sys.global.v4.b32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
@@ -91,7 +83,6 @@ POOLER_DEVICE void ld_relaxed_sys_v4(const void* address, u32 (&v)[4]) {
                : "memory");
 }
 
-// One 16-byte payload store into a (possibly remote) mailbox.
 POOLER_DEVICE void st_relaxed_sys_v4(void* address, const u32 (&v)[4]) {
   asm volatile("st.relaxed.sys.global.v4.b32 [%0], {%1, %2, %3, %4};"
                :
@@ -99,8 +90,7 @@ POOLER_DEVICE void st_relaxed_sys_v4(void* address, const u32 (&v)[4]) {
                : "memory");
 }
 
-// The state block is written by earlier kernels (and, for `failed`, by other CTAs of
-// this one): gpu-scope strong accesses, never a stale L1 line.
+// The state block: written by earlier kernels (and `failed` by other CTAs), so gpu scope.
 POOLER_DEVICE u32 ld_relaxed_gpu_u32(const u32* address) {
   u32 v;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(address) : "memory");
@@ -111,8 +101,7 @@ POOLER_DEVICE void st_relaxed_gpu_u32(u32* address, u32 value) {
   asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" : : "l"(address), "r"(value) : "memory");
 }
 
-// Both 16-byte halves of a state block in one access each (the fields are written by
-// earlier kernels only, so per-word atomicity is all that is needed).
+// Half a state block at once: its fields are written by earlier kernels, so per-word atomicity suffices.
 POOLER_DEVICE void ld_relaxed_gpu_v4(const u32* address, u32 (&v)[4]) {
   asm volatile("ld.relaxed.gpu.global.v4.b32 {%0, %1, %2, %3}, [%4];"
                : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
@@ -146,8 +135,7 @@ POOLER_DEVICE u32 atom_cas_relaxed_gpu_u32(u32* address, u32 compare, u32 value)
   return old;
 }
 
-// Orders this thread's earlier stores (to mapped host memory too) before its later ones
-// for every observer in the system.
+// Orders this thread's stores (to mapped host memory too) for every observer in the system.
 POOLER_DEVICE void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" : : : "memory"); }
 
 // ---- clocks -------------------------------------------------------------------------------
@@ -158,8 +146,7 @@ POOLER_DEVICE unsigned long long global_timer_ns() {
   return t;
 }
 
-// The same clock without a memory clobber, for instrumentation that must not change
-// how the code around it is scheduled.
+// No memory clobber: instrumentation must not change the schedule around it.
 POOLER_DEVICE unsigned long long global_timer_unordered() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -209,12 +196,8 @@ POOLER_DEVICE void cp_async_commit_and_wait_all() {
   asm volatile("cp.async.commit_group;\n\tcp.async.wait_all;" ::: "memory");
 }
 
-// `bytes` (a multiple of 16) from `global` to `shared` (both 16-byte aligned) by the bulk-copy
-// engine, one instruction for the whole span, with the L2 policy `policy`; counted as `bytes`
-// of transactions on this CTA's mbarrier `barrier` when they have landed (shared::cta
-// addresses are valid shared::cluster ones for the issuing CTA). The mbarrier must be
-// initialized (mbarrier_expect_bytes) and its init fenced before the copy is issued. The
-// data is visible to a thread once it has waited on the barrier's phase.
+// One bulk copy (16-byte multiples and alignment), counted on this CTA's mbarrier as it lands;
+// the mbarrier must be initialized and fenced first (mbarrier_expect_bytes).
 POOLER_DEVICE void cp_async_bulk_to_shared(u32 shared, const void* global, u32 bytes, u32 barrier,
                                            unsigned long long policy) {
   asm volatile(
@@ -230,8 +213,7 @@ POOLER_DEVICE void cluster_arrive_relaxed() { asm volatile("barrier.cluster.arri
 POOLER_DEVICE void cluster_arrive_release() { asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory"); }
 POOLER_DEVICE void cluster_wait_acquire() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 
-// The shared::cluster address of `local` (a shared::cta address) in CTA `rank` of this
-// cluster.
+// The shared::cluster address of `local` in CTA `rank` of this cluster.
 POOLER_DEVICE u32 map_to_rank(u32 local, u32 rank) {
   u32 remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
@@ -242,8 +224,7 @@ POOLER_DEVICE void st_shared_cluster_f32(u32 address, float value) {
   asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(address), "f"(value) : "memory");
 }
 
-// value to `address` in another CTA's shared memory (both shared::cluster addresses),
-// counted as 4 bytes on that CTA's mbarrier `barrier` when it lands.
+// Counted as 4 bytes on the receiving CTA's mbarrier when it lands.
 POOLER_DEVICE void st_async_f32(u32 address, float value, u32 barrier) {
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(address),
                "r"(__float_as_uint(value)), "r"(barrier)
@@ -254,8 +235,7 @@ POOLER_DEVICE void st_async_f32(u32 address, float value, u32 barrier) {
 POOLER_DEVICE void mbarrier_expect_bytes(u32 barrier, u32 bytes) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(barrier) : "memory");
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(barrier), "r"(bytes) : "memory");
-  // The init is visible to the cluster's other CTAs by the cluster barrier's
-  // first phase, which they wait for before they send.
+  // Seen by the cluster's CTAs through the cluster barrier's first phase, waited for before sending.
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
 
@@ -272,8 +252,7 @@ POOLER_DEVICE void mbarrier_wait_phase_0(u32 barrier) {
 
 // ---- tensor cores ---------------------------------------------------------------------------
 
-// d += a * b for one m16n8k16 tile: a = 16 rows x 16 K (row-major fragment), b = 16 K x
-// 8 columns (column-major fragment), BF16 in, FP32 accumulate.
+// d += a * b: a 16 x 16 (row-major fragment), b 16 x 8 (column-major), BF16 in, FP32 accumulate.
 POOLER_DEVICE void mma_bf16_m16n8k16(float (&d)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};"

@@ -1,15 +1,8 @@
-// The fused consumer of the BF16 edge layers: polls the TP slots of this call's stage in
-// the local mailbox for b rows, writes the gathered rows and their pre_expert_norm, then
-// does the stage bookkeeping and clears what the previous call used (mailbox.cuh).
-// rows == the stock all-gather except that a projected -0.0 arrives as +0.0; normed ==
-// stock_norm.cu on those rows, bit for bit (numerics.md).
-// Constants: POOLED (multiple of 512, at most 16384), TP, CAPACITY, EPS, GAIN_CENTER,
-// ONE_ROUND_TRIP (1: mailbox.cuh's one-round-trip consumer side, which clears what it
-// read instead; 0: the baseline).
-// Launch: grid (b), block (POOLED / 16): CTA i is row i; thread t owns the 16 columns
-// [16 t, 16 t + 16), which lie in slot 16 t / W. Every rank must launch the same grid.
-// Outputs: rows [b, POOLED] and normed [b, POOLED] BF16. After a timeout (record filled,
-// state marked failed) the outputs are undefined, but the kernel ends.
+// The consumer of the BF16 edge layers: gathers b rows from the local mailbox, writes them and
+// their pre_expert_norm (bit for bit the stock path but for -0.0: numerics.md; protocol.md).
+// Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, ONE_ROUND_TRIP (0: baseline).
+// Launch: grid (b), block (POOLED / 16); thread t owns columns [16 t, 16 t + 16). Every rank must
+// launch the same grid. Outputs: rows, normed [b, POOLED] BF16; undefined after a timeout.
 #include "mailbox.cuh"
 #include "norm.cuh"
 #include "pdl.cuh"
@@ -28,8 +21,7 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   using namespace pooler;
   const u32 column = threadIdx.x * 16u;
   const u32 row = blockIdx.x;
-  // The norm weight is a model parameter, never written by the kernels of a
-  // call: load it before the PDL wait, off the critical path (state, poll).
+  // A model parameter no kernel of a call writes: before the PDL wait.
   u32 w[8];
   ld_global_16xbf16(weight + column, w);
   pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read

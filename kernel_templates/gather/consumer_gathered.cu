@@ -1,16 +1,6 @@
-// The consumer of the nccl transport: the rows an ncclAllGather left in `gathered`,
-// BF16 [TP][b][W = POOLED / TP] (rank r's block of b rows starts at r * b * W), through
-// pre_expert_norm, then NVFP4 (NVFP4 = 1) or the normed BF16 rows (NVFP4 = 0). No mailbox,
-// sentinel or state: the all-gather precedes it in the stream and is complete when it reads.
-// The same norm and quantization code as consumer_nvfp4.cu and consumer_bf16.cu (norm.cuh,
-// nvfp4.cuh), and the gathered rows are the stock all-gather's bits (a projected -0.0 stays
-// -0.0 here), so the outputs are the stock path's, bit for bit.
-// Constants: POOLED (multiple of 512, at most 16384), TP, EPS, GAIN_CENTER, NVFP4 (0 or 1).
-// Launch: grid (b), block (POOLED / 16): CTA i is row i; thread t owns the 16 columns
-// [16 t, 16 t + 16), which lie in rank 16 t / W's block.
-// Outputs: NVFP4 = 1: packed [b, POOLED / 2] u8 and scales [b, POOLED / 16] E4M3 bytes
-// (normed unused, may be null); NVFP4 = 0: normed [b, POOLED] BF16 (global_scale, packed
-// and scales unused, may be null).
+// The nccl transport's consumer: rows an ncclAllGather left in `gathered`, BF16 [TP][b][POOLED / TP],
+// normed, then NVFP4 (NVFP4 = 1: packed, scales) or normed BF16 (0). No mailbox: the all-gather
+// precedes it in the stream. The stock path's bits. Launch: grid (b), block (POOLED / 16).
 #include "norm.cuh"
 #include "nvfp4.cuh"
 #include "pdl.cuh"

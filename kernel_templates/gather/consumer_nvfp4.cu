@@ -1,15 +1,9 @@
-// The fused consumer of NVFP4 layers: polls the TP slots of this call's stage in the
-// local mailbox for b rows, applies pre_expert_norm and quantizes to NVFP4, then does the
-// stage bookkeeping and clears what the previous call used (mailbox.cuh). Bit for bit the
-// stock gather + stock_norm.cu + stock_quantize.cu, except the sign of a zero code where
-// a projected value was -0.0 (numerics.md).
-// Constants: POOLED (multiple of 512, at most 16384), TP, CAPACITY, EPS, GAIN_CENTER,
-// ONE_ROUND_TRIP (1: mailbox.cuh's one-round-trip consumer side, which clears what it
-// read instead; 0: the baseline).
-// Launch: grid (b), block (POOLED / 16): CTA i is row i; thread t owns the 16 columns
-// [16 t, 16 t + 16), which lie in slot 16 t / W. Every rank must launch the same grid.
-// Outputs: packed [b, POOLED / 2] u8, scales [b, POOLED / 16] E4M3 bytes. After a timeout
-// (record filled, state marked failed) the outputs are undefined, but the kernel ends.
+// The consumer of the NVFP4 layers: gathers b rows from the local mailbox, norms and quantizes
+// them (bit for bit the stock path but for a zero code's sign: numerics.md; protocol.md).
+// Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, ONE_ROUND_TRIP (0: baseline).
+// Launch: grid (b), block (POOLED / 16); thread t owns columns [16 t, 16 t + 16). Every rank must
+// launch the same grid. Outputs: packed [b, POOLED / 2], scales [b, POOLED / 16]; undefined after
+// a timeout.
 #include "mailbox.cuh"
 #include "norm.cuh"
 #include "nvfp4.cuh"
@@ -29,9 +23,7 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   using namespace pooler;
   const u32 column = threadIdx.x * 16u;
   const u32 row = blockIdx.x;
-  // The norm weight and the global scale are model parameters, never written
-  // by the kernels of a call: load them before the PDL wait, off the critical
-  // path (state, then poll).
+  // Model parameters no kernel of a call writes: before the PDL wait.
   u32 w[8];
   ld_global_16xbf16(weight + column, w);
   const float gs = ld_global_f32(global_scale);

@@ -1,37 +1,8 @@
-// gemm_consume.cuh: the one-launch form of the pooler GEMM (CONSUME = 1: NVFP4 output,
-// 2: BF16 edge output; 0: none, every function below unused). Included by pooler_gemm.cu
-// after its constants (N, TILES, WARPS_N, WARPS_K, SPLIT_K, ROWS, PUBLISH, TRACE, TP,
-// CAPACITY, CONSUME, POOLED, EPS, GAIN_CENTER). docs/design/protocol.md, "One launch per
-// layer", says how it fits the mailbox protocol.
-//
-// After the GEMM's CTAs have published their columns into every rank's mailbox, CTA i
-// (linear id, i < ROWS) gathers row i from the local mailbox, norms it and quantizes it,
-// as consumer_nvfp4.cu / consumer_bf16.cu with ONE_ROUND_TRIP = 1 would: the same device
-// helpers (mailbox.cuh, norm.cuh, nvfp4.cuh), the same outputs bit for bit, the same state
-// protocol (call by call interchangeable with the standalone consumers):
-//   - every CTA of the grid reads `state->stage` in the GEMM's epilogue; the CTAs that
-//     consume no row arrive there (red.release on `arrived`, before their publish stores,
-//     so that the release has no remote store to wait for); consuming CTAs other than
-//     CTA 0 arrive once they have read their row and the state (mailbox_arrive_after_read);
-//   - a consuming CTA writes the sentinel back into what it read and clears the rows an
-//     earlier baseline consumer left (rows[(s + 2) % 3]: rows i, i + ROWS, ...);
-//   - CTA 0 waits (acquire) for gridDim.x - 1 arrivals, then records rows[s] = 0, advances
-//     the stage, counts the call and resets `arrived`.
-// The thread layout differs from the consumers': a row's POOLED / 16 pieces of 16 columns
-// go to the CTA's kThreads threads, piece p = j * kThreads + t to thread t (round j), so
-// that the 32 lanes of a warp hold 32 consecutive pieces in every round. The norm's sum
-// is then reduced in exactly norm.cuh's order (per piece, per 32 pieces by butterfly, the
-// groups of 32 in order), and each piece's bits equal the standalone consumer's.
-//
-// Spinning (CTA 0 on `arrived`, a consuming CTA on a column that another CTA of this grid
-// publishes) needs every CTA of the grid resident at once. The host refuses the form
-// unless the grid fits the device at this kernel's occupancy (PoolerGemm). Under PDL
-// that is enough: this grid's CTAs spin only after pdl_wait, when the previous kernel
-// has completed and left the SMs; the next kernel's CTAs start only once every CTA of
-// this grid has executed griddepcontrol.launch_dependents or exited, i.e. once all of
-// them are resident, so they can never hold a place that one of this grid still needs.
-// (Kernels of other streams may delay this grid's CTAs, as for the standalone consumer,
-// but only for as long as they run.)
+// gemm_consume.cuh: the one-launch form of the pooler GEMM (CONSUME = 1: NVFP4, 2: BF16 edge
+// output; 0: unused). Included by pooler_gemm.cu after its constants. After publishing, CTA i < ROWS
+// gathers, norms and quantizes row i as the one-round-trip consumer does, bit for bit and
+// interchangeable call by call. Piece p = j * kThreads + t goes to thread t (round j).
+// why (protocol, thread layout, co-residency): docs/design/protocol.md, "One launch per layer".
 #pragma once
 
 #include "mailbox.cuh"
@@ -60,15 +31,12 @@ static_assert(kPooled % 512 == 0 && kPooled <= 16384, "POOLED: a multiple of 512
 static_assert(N % 16 == 0, "a 16-column piece never straddles two slots");
 static_assert(kThreads % 32 == 0, "a round's pieces are whole warps (kPieces is a multiple of 32 too)");
 static_assert(CONSUME == 0 || kCtas >= ROWS, "one CTA per row");
-// The staged x's bytes at the start of the dynamic shared memory (as gemm_detail's
-// kXBytes): the norm's partials reuse them (row_sum_squares).
+// As gemm_detail::kXBytes: the norm's partials reuse the staged x's place.
 constexpr int kXSliceBytes = 2 * (K / SPLIT_K);
 constexpr int kXBytes = ROWS * (kXSliceBytes % 128 == 0 ? kXSliceBytes + 64 : kXSliceBytes);
 static_assert(CONSUME == 0 || 4 * kGroups <= kXBytes, "the norm's partials fit the staged x's place");
 
-// This thread's pieces of the norm weight, and the global scale: model parameters that no
-// kernel of a call writes, loaded before the PDL wait (the entry point calls this before
-// the GEMM), by the consuming CTAs only.
+// Model parameters no kernel of a call writes: loaded before the PDL wait, by consuming CTAs only.
 __device__ __forceinline__ void load_parameters(const u16* weight, const float* global_scale, unsigned t,
                                                 u32 (&w)[kRounds][8], float& scale) {
   if (blockIdx.x >= ROWS) return;
@@ -80,20 +48,15 @@ __device__ __forceinline__ void load_parameters(const u16* weight, const float* 
   if constexpr (CONSUME == 1) scale = pooler::ld_global_f32(global_scale);
 }
 
-// A CTA that consumes no row arrives, in the GEMM's epilogue: every thread of it has
-// loaded `stage` (the barrier brings those loads before thread 0's release), and it
-// reads nothing of the state after. CTA 0 always consumes row 0.
+// In the GEMM's epilogue: the barrier orders every thread's load of `stage` before the release.
 __device__ __forceinline__ void arrive_without_row(pooler::MailboxStateBlock* state, unsigned t) {
   if (blockIdx.x < ROWS) return;
   __syncthreads();
   if (t == 0) pooler::red_add_release_gpu_u32(&state->arrived, 1u);
 }
 
-// The row's sum of squares in norm.cuh's fixed order, the same bits in every thread.
-// The groups' partials go to the start of the dynamic shared memory (the GEMM's staged
-// x, kXBytes): call only after a barrier that follows this CTA's main loop. No other CTA
-// writes there (a cluster's partials go to the reduction buffer behind it), so only the
-// CTA's own warps, all done with x by then, could.
+// The row's sum of squares in norm.cuh's order. Its partials overwrite the staged x: call only
+// after a barrier that follows the main loop (no other CTA writes there).
 __device__ __forceinline__ float row_sum_squares(const u32 (&x)[kRounds][8], unsigned t) {
   extern __shared__ __align__(16) unsigned char smem[];
   float* partials = reinterpret_cast<float*>(smem);
@@ -114,18 +77,15 @@ __device__ __forceinline__ float row_sum_squares(const u32 (&x)[kRounds][8], uns
   return total;
 }
 
-// Everything after the publish: CTA i < ROWS gathers, norms and quantizes row i; see the
-// top of this file. `stage` is the one the GEMM read (the state's, unchanged until CTA 0
-// advances it, which needs this CTA's arrival). out0/out1: packed [ROWS, POOLED / 2] and
-// scales [ROWS, POOLED / 16] (CONSUME = 1), rows and normed [ROWS, POOLED] BF16 (2).
+// Everything after the publish. `stage`: the GEMM's read, unchanged until CTA 0 advances it,
+// which needs this CTA's arrival. out0/out1: packed and scales (CONSUME = 1), rows and normed (2).
 __device__ __forceinline__ void consume(u16* mailbox, pooler::MailboxStateBlock* state, pooler::TimeoutRecord* record,
                                         const u32 (&w)[kRounds][8], float scale, void* out0, void* out1, u32 stage,
                                         int rank, int layer, unsigned long long timeout_ns, unsigned t) {
   using namespace pooler;
   const u32 row = blockIdx.x;
   if (row >= static_cast<u32>(ROWS)) return;  // arrived in the epilogue
-  // One round trip: the state's head (the rows an earlier baseline call left), CTA 0's
-  // count of calls, and this thread's pieces of the row in this call's stage.
+  // One round trip: the state's head, CTA 0's call count and this thread's pieces.
   u32 head[4];  // stage, rows[0..2]
   ld_relaxed_gpu_v4(&state->stage, head);
   const u32 calls = row == 0u ? ld_relaxed_gpu_u32(&state->calls) : 0u;
@@ -141,15 +101,12 @@ __device__ __forceinline__ void consume(u16* mailbox, pooler::MailboxStateBlock*
 #pragma unroll
   for (int j = 0; j < kRounds; ++j) {
     const u32 p = j * kThreads + t;
-    // Waits only where a peer (or another CTA of this grid) has not published yet;
-    // after a timeout the outputs are undefined, but the CTA goes on to arrive.
+    // After a timeout the outputs are undefined, but the CTA still arrives.
     if (p < kPieces && has_sentinel16(x[j])) {
       mailbox_poll16<TP, CAPACITY, N>(mailbox, state, record, call, row, 16u * p, rank, layer, timeout_ns, x[j]);
     }
   }
-  // CTAs 1.. arrive before any store of theirs (mailbox.cuh); the barrier in it also
-  // orders CTA 0's reads of the state before its thread 0's writes below, and every
-  // warp's main loop before row_sum_squares' use of the shared memory.
+  // Before any store; its barrier also precedes row_sum_squares' use of the shared memory.
   mailbox_arrive_after_read(state);
 
   const float inv = rms_inverse<kPooled>(row_sum_squares(x, t), EPS);
@@ -171,9 +128,7 @@ __device__ __forceinline__ void consume(u16* mailbox, pooler::MailboxStateBlock*
     }
   }
 
-  // The sentinel back into what this thread read: every rank has written it (it was
-  // read), and none writes stage `stage` again before this rank's publish of call n + 2.
-  // Then the rows an earlier baseline call left in stage (stage + 2) % 3 (mailbox.cuh).
+  // The sentinel back into what was read, then into the rows a baseline call left.
   const u32 sentinel[4] = {kMailboxSentinelPair, kMailboxSentinelPair, kMailboxSentinelPair, kMailboxSentinelPair};
   const u32 clear_rows = rows_to_clear < static_cast<u32>(CAPACITY) ? rows_to_clear : static_cast<u32>(CAPACITY);
   const u32 previous = (stage + 2u) % kMailboxStages;
@@ -192,9 +147,8 @@ __device__ __forceinline__ void consume(u16* mailbox, pooler::MailboxStateBlock*
     }
   }
   if (t != 0 || row != 0u) return;
-  // CTA 0 advances the call once every other CTA has arrived: each did after its last
-  // read of the state (release), this acquire orders those reads before the writes.
-  // Every CTA of the grid is resident (above) and each arrives even after a timeout.
+  // The acquire orders every CTA's reads of the state before these writes; it ends because
+  // the grid is co-resident and every CTA arrives, even after a timeout.
   if (gridDim.x > 1u) {
     while (ld_acquire_gpu_u32(&state->arrived) != gridDim.x - 1u) {}
   }

@@ -1,19 +1,11 @@
-// gemm_trace.cuh: the pooler GEMM's optional trace (TRACE = 1; pooler-kernel-bench
-// --trace, runtime/gemm/pooler_gemm.hpp's GemmTrace): where a launch's time goes, per CTA.
-// Included by pooler_gemm.cu after its constants (N, TILES, WARPS_N, SPLIT_K, TRACE).
-//
-// Thread 0 of CTA b records %globaltimer (ns) at gemm_trace::kMarks points into
-// pooler_gemm_trace[launch][b], and in the last word its SM (high half) and b. launch
-// counts the launches of this form since the host zeroed the counters: every CTA of a
-// launch starts before any CTA of the next one (PDL starts the next launch only once all
-// of them have asked for it), so CTA b's own count is the launch's number. Launches past
-// gemm_trace::kLaunches are not recorded. With TRACE = 0 every call is empty.
+// gemm_trace.cuh: the pooler GEMM's per-CTA trace (TRACE = 1; empty otherwise). Thread 0 of CTA b
+// records %globaltimer at kMarks points and its SM into pooler_gemm_trace[launch][b]; launches past
+// kLaunches are not recorded. Why a CTA's own count numbers the launch: docs/design/gemm.md, "Trace forms".
 #pragma once
 
 #include "ptx.cuh"
 
-// The trace's records, by unmangled names that the host looks up: kLaunches launches of
-// every CTA, kMarks timestamps and the CTA's place each.
+// Unmangled: the host looks them up by name.
 namespace gemm_trace {
 constexpr int kMarks = 7;  // start, issued, waited, x staged, first data, loop done, done
 constexpr int kLaunches = 16;

@@ -1,46 +1,6 @@
-// The pooler GEMM: c[ROWS, N] = x[ROWS, K] @ w[N, K].T, BF16 in and out (raw
-// 16-bit patterns), FP32 accumulation, one rounding to BF16 (cvt.rn) at the end.
-//
-// Constants (set by runtime/pooler_gemm.cpp, which also validates them):
-//   ROWS         rows of x and c (the decode batch), 1..32
-//   N, K         w is [N, K] row-major; x [ROWS, K] and c [ROWS, N] row-major
-//   TILES        16-column MMA tiles per warp
-//   WARPS_N      warps of a CTA side by side over columns
-//   WARPS_K      warps of a CTA that split the CTA's K slice
-//   SPLIT_K      CTAs of a cluster that split K (1, 2, 4 or 8)
-//   K_UNROLL     32-wide K steps each warp keeps in flight per tile row
-//                (STAGES = 0), or per stage of its ring (STAGES >= 1)
-//   STAGES       0: w streams through registers; >= 1: through a ring of
-//                STAGES shared-memory stages per warp, filled by cp.async
-//   W_ON_CHIP    1: the CTA's whole share of w goes into shared memory before
-//                pdl_wait, one bulk copy per w row, completing on an mbarrier
-//                (STAGES must be 0; K_UNROLL is then the main loop's unroll);
-//                0: as STAGES says. The same bits either way.
-//   ASYNC_REDUCE 1: the cluster's partials travel by st.async to an mbarrier
-//                of the CTA that sums them (below); 0: by st.shared::cluster
-//                and a cluster barrier. Needs SPLIT_K > 1; the same bits.
-//   MIN_CTAS     CTAs per SM promised to __launch_bounds__ (1 or 2)
-//   SMEM_BYTES   dynamic shared memory the host launches with (checked below)
-//   PUBLISH      1: the fused publish of the pooler gather (below); 0: the plain GEMM
-//   TRACE        1: thread 0 of every CTA records when it passes seven points of
-//                the kernel (gemm_trace.cuh, pooler-kernel-bench --trace); 0: no trace
-//   TP, CAPACITY the mailbox's ranks and rows per slot (PUBLISH = 1; 0 otherwise);
-//                the mailbox's shard width W is N
-//   CONSUME      0: publish only; 1 (NVFP4) or 2 (BF16 rows + normed): the
-//                one-launch form, whose CTAs also gather, norm and quantize
-//                after publishing (gemm_consume.cuh). Needs PUBLISH = 1
-//   POOLED, EPS, GAIN_CENTER  the consumer's constants (CONSUME != 0; 0 otherwise):
-//                POOLED = N * TP, the pre_expert_norm's eps and gain center
-//
-// Entry points: pooler_gemm(x, w, c) when PUBLISH = 0,
-// pooler_gemm_publish(x, w, c, peers, state, rank) when PUBLISH = 1 and
-// CONSUME = 0, and pooler_gemm_consume(...) (below) when CONSUME != 0. All are
-// in every form because C++ cannot make one function's parameter list depend
-// on a constant; those the constants do not select have an empty body.
-//
-// Design (docs/design/gemm.md): w streams from HBM once, straight into tensor-core
-// fragments (or through a cp.async ring), its first loads issued before pdl_wait; split-K
-// over a cluster reduces through distributed shared memory in a fixed order.
+// The pooler GEMM: c[ROWS, N] = x[ROWS, K] @ w[N, K].T, BF16 in and out, FP32 accumulation.
+// Constants (set and validated by runtime/gemm/pooler_gemm.cpp), entry points and design:
+// docs/design/gemm.md. Unselected entry points have an empty body.
 #include "numerics.cuh"
 #include "pdl.cuh"
 #include "mailbox.cuh"
@@ -64,9 +24,7 @@ constexpr int kSteps = kWarpK / 32;                   // 32-wide K steps per war
 constexpr int kIterations = kSteps / K_UNROLL;
 constexpr int kPartials = SPLIT_K * WARPS_K;  // partial sums per output
 
-// The cluster ranks that finish columns: all SPLIT_K, except that the fused
-// publish needs whole 8-column pieces per rank and so takes the most ranks
-// that split the CTA's columns into multiples of 8.
+// Cluster ranks that finish columns: with PUBLISH, the most that keep whole 8-column pieces.
 constexpr int owner_count() {
   if (!PUBLISH) return SPLIT_K;
   int owners = SPLIT_K;
@@ -75,38 +33,25 @@ constexpr int owner_count() {
 }
 constexpr int kOwners = owner_count();
 constexpr int kOwned = kColumnsPerCta / kOwners;  // columns each finishing cluster rank owns
-// Row pitch of the reduction buffer in floats. With a pitch of 4 (mod 8), the
-// four lanes q of a fragment store (rows 2q, pitch 2q*pitch) land 8 banks apart
-// and the 8 lanes g in consecutive banks: the epilogue's stores are
-// conflict-free, and its reads (consecutive columns) too.
+// Pitches 4 (mod 8) floats and 64 (mod 128) bytes: no bank conflicts.
+// why: docs/design/gemm.md, "Split-K over a cluster".
 constexpr int kOwnedPitch = kOwned % 8 == 0 ? kOwned + 4 : kOwned;
-// Row pitch of the staged x in bytes: 64 (mod 128), so that the 16-byte loads
-// of lanes g and g+1 (rows g, g+1, 64 bytes each) fall in different banks.
 constexpr int kXPitch = (2 * kSliceK) % 128 == 0 ? 2 * kSliceK + 64 : 2 * kSliceK;
 constexpr int kXBytes = ROWS * kXPitch;
 constexpr int kReduceOffset = (kXBytes + 15) / 16 * 16;
 constexpr int kReduceBytes = kPartials * 8 * kBatchTiles * kOwnedPitch * 4;
-// The ring (STAGES >= 1): per warp, STAGES stages of kWarpRows rows, each row
-// kChunkK K values (kChunkBytes).
+// The ring (STAGES >= 1): per warp, STAGES stages of kWarpRows rows of kChunkK K values.
 constexpr int kWarpRows = 16 * TILES;
 constexpr int kChunkK = 32 * K_UNROLL;
 constexpr int kChunkBytes = 2 * kChunkK;
 constexpr int kChunks = kWarpK / kChunkK;  // chunks each warp streams
-// Rows are kChunkBytes apart. Lanes g and g+1 (one 8-lane phase of a 16-byte
-// load) read the same 64 bytes of their rows; for them to hit different banks,
-// odd rows store each 128 bytes with their two halves swapped (piece p at
-// p ^ 4) when a row spans whole 128-byte lines, and a 64-byte row (unroll 1)
-// alternates halves by itself.
+// Odd rows swap the halves of each 128-byte line (a 64-byte row alternates by itself).
 constexpr int kRowPitch = kChunkBytes;
 constexpr int kSwizzle = kChunkBytes % 128 == 0 ? 4 : 0;  // pieces XOR-ed on odd rows
 constexpr int kStageBytes = kWarpRows * kRowPitch;
 constexpr int kRingOffset = (kReduceOffset + kReduceBytes + 15) / 16 * 16;
 constexpr int kRingBytes = STAGES * kWarps * kStageBytes;
-// W_ON_CHIP: the CTA's kColumnsPerCta rows of w, kSliceK K values each, one
-// row every kWPitch bytes. Lanes g and g+1 (one 8-lane phase of a 16-byte
-// load) read the same 64 bytes of their rows; a pitch of 64 (mod 128) bytes
-// puts those in different banks, as for the staged x. Each row is one bulk
-// copy (16-byte aligned and sized).
+// W_ON_CHIP: the CTA's rows of w, kWPitch apart. why: docs/design/gemm.md, "The whole share of w on chip".
 constexpr int kWRowBytes = 2 * kSliceK;
 constexpr int kWPitch = kWRowBytes % 128 == 0 ? kWRowBytes + 64 : kWRowBytes;
 constexpr int kWOffset = (kReduceOffset + kReduceBytes + 127) / 128 * 128;
@@ -114,19 +59,13 @@ constexpr int kWBytes = W_ON_CHIP ? kColumnsPerCta * kWPitch : 0;
 constexpr int kDataBytes = W_ON_CHIP     ? kWOffset + kWBytes
                            : STAGES == 0 ? kReduceOffset + kReduceBytes
                                          : kRingOffset + kRingBytes;
-// The mbarriers, 8 bytes each in one 16-byte block: ASYNC_REDUCE's (the
-// partials of this CTA's columns count on it) at kBarrierOffset, W_ON_CHIP's
-// (the bulk copies of w count on it) 8 bytes after.
+// Two 8-byte mbarriers: ASYNC_REDUCE's partials at kBarrierOffset, W_ON_CHIP's copies after.
 constexpr int kBarrierOffset = (kDataBytes + 15) / 16 * 16;
 constexpr int kSharedBytes = ASYNC_REDUCE || W_ON_CHIP ? kBarrierOffset + 16 : kDataBytes;
 
 static_assert(ROWS >= 1 && ROWS <= 32, "ROWS must lie in [1, 32]");
 static_assert(TILES >= 1 && WARPS_N >= 1 && WARPS_K >= 1 && K_UNROLL >= 1, "launch knobs must be positive");
-// MIN_CTAS is __launch_bounds__' CTAs per SM. 2 caps ptxas at 65536 / (2 *
-// threads) registers (128 for 256 threads), so that the next launch's CTAs can
-// start their prologue beside this one under PDL; 1 lets ptxas use up to 255,
-// which it fills by hoisting refill loads (more bytes in flight). The host
-// picks 2 where the form fits 128 registers without spilling.
+// MIN_CTAS 2: the next launch's CTAs fit beside this one. why: docs/design/gemm.md, "The launch-shape rule".
 static_assert(MIN_CTAS == 1 || MIN_CTAS == 2, "MIN_CTAS must be 1 or 2");
 static_assert(SPLIT_K == 1 || SPLIT_K == 2 || SPLIT_K == 4 || SPLIT_K == 8, "SPLIT_K is a portable cluster size");
 static_assert(kThreads <= 1024, "at most 1024 threads per CTA");
@@ -146,13 +85,9 @@ static_assert(kWRowBytes % 16 == 0 && kWPitch % 16 == 0, "bulk copies of w rows 
 static_assert(kWPitch % 128 == 64 || !W_ON_CHIP, "the on-chip w pitch must be 64 (mod 128) bytes");
 static_assert(!PUBLISH || (TP >= 1 && TP <= pooler::kMailboxMaxPeers), "TP must lie in [1, kMailboxMaxPeers]");
 static_assert(!PUBLISH || (CAPACITY >= ROWS), "a mailbox slot must hold ROWS rows");
-// Lane 8j gathers 8 consecutive outputs of one row: whole 8-column pieces per
-// finishing rank, and every round of the final loop covers whole warps.
 static_assert(!PUBLISH || kOwned % 8 == 0, "the fused publish stores 8 columns at a time");
 
-// The batch fragments of x for one 32-wide K step: 16 bytes of row g + 8b at
-// x_step + b * 8 * kXPitch (x_step: the lane's place in the staged x, at the
-// step). Batch rows past ROWS feed zeros (only the last batch tile has any).
+// x fragments of one K step: row g + 8b at x_step + b * 8 * kXPitch; rows past ROWS are zeros.
 __device__ __forceinline__ void load_x_fragments(U32x4 (&xf)[kBatchTiles], const unsigned char* x_step, int g) {
 #pragma unroll
   for (int b = 0; b < kBatchTiles; ++b) {
@@ -164,24 +99,20 @@ __device__ __forceinline__ void load_x_fragments(U32x4 (&xf)[kBatchTiles], const
   }
 }
 
-// acc[b] += one 16-row tile of w (lo: row g, hi: row g + 8, K 8q .. 8q+7 of
-// the step) times every batch tile of x.
+// acc[b] += one 16-row tile of w (lo: row g, hi: row g + 8, K 8q .. 8q+7) times each batch tile.
 __device__ __forceinline__ void mma_tile(float (&acc)[kBatchTiles][4], const U32x4& lo, const U32x4& hi,
                                          const U32x4 (&xf)[kBatchTiles]) {
 #pragma unroll
   for (int b = 0; b < kBatchTiles; ++b) {
     // K 8q+0..3 as slots {2q, 2q+1, 2q+8, 2q+9}, then K 8q+4..7.
+    // why: docs/design/gemm.md, "Tensor cores with w as the wide side".
     pooler::mma_bf16_m16n8k16(acc[b], lo.x, hi.x, lo.y, hi.y, xf[b].x, xf[b].y);
     pooler::mma_bf16_m16n8k16(acc[b], lo.z, hi.z, lo.w, hi.w, xf[b].z, xf[b].w);
   }
 }
 
-// One warp's ring: chunk c (K values [kChunkK * c, + kChunkK) of the warp's K
-// range, all kWarpRows rows) goes to stage c % STAGES, as 16-byte cp.async
-// pieces spread over the lanes (consecutive lanes, consecutive bytes of a
-// row), one commit group per chunk. The warp commits exactly one group per
-// chunk consumed (empty past the last chunk), so that before chunk c is read
-// STAGES groups are younger than its own: wait_group(STAGES - 1).
+// One warp's ring: chunk c to stage c % STAGES, one commit group per chunk. Exactly one group
+// is committed per chunk consumed (empty past the last), so wait_group(STAGES - 1) finds chunk c.
 struct Ring {
   u32 stages;       // shared address of the warp's stage 0
   const u16* rows;  // w at the warp's first row and first K
@@ -204,25 +135,15 @@ struct Ring {
     }
   }
   __device__ __forceinline__ static void commit() { pooler::cp_async_commit(); }
-  // Chunk c's pieces, every lane's, are in shared memory.
   __device__ __forceinline__ static void wait() {
     pooler::cp_async_wait_group<(STAGES > 0 ? STAGES - 1 : 0)>();
     __syncwarp();
   }
 };
 
-// The whole kernel; kPublish adds the fused publish (peers, state and rank are
-// unused without it). One body for both entry points, so that the plain GEMM
-// and the GEMM of the fused publish cannot drift apart.
-//
-// thread_x is threadIdx.x, read by the entry point. The plain GEMM's code is
-// kept what it was when the body was the kernel itself (checked byte for byte
-// on sm_90 and sm_100a with NVRTC 13.0): for sm_100 and later NVVM bounds a
-// kernel's own %tid.x reads by __launch_bounds__, which it does not carry into
-// an inlined function, so the body states that bound itself there; for sm_90
-// it bounds neither, and stating it would change sm_90's code.
-//
-// Returns the mailbox stage it read (kPublish; 0 otherwise).
+// The whole kernel, one body for every entry point; returns the stage it read (kPublish).
+// thread_x: sm_100+ NVVM bounds a kernel's own %tid.x by __launch_bounds__ but not an inlined
+// function's, so the body states the bound there (sm_90 bounds neither; stating it changes sm_90's code).
 template <bool kPublish>
 __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __restrict__ w, u16* __restrict__ c,
                                     const unsigned thread_x, pooler::MailboxPeers peers,
@@ -238,39 +159,31 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
   const int q = lane & 3;   // K slots of the group
   const int warp_n = warp % WARPS_N;
   const int warp_k = warp / WARPS_N;
-  // With __cluster_dims__(SPLIT_K, 1, 1) the cluster is SPLIT_K consecutive
-  // blockIdx.x, so this is also %cluster_ctarank.
+  // The cluster is SPLIT_K consecutive blockIdx.x: this is also %cluster_ctarank.
   const int split = static_cast<int>(blockIdx.x) % SPLIT_K;
   const int block = static_cast<int>(blockIdx.x) / SPLIT_K;
   const int warp_column = warp_n * 16 * TILES;  // first column of the warp within the CTA
   const int warp_k0 = warp_k * kWarpK;          // first K of the warp within the CTA slice
 
-  // Lane's w pointer for tile 0, row g, step 0; tile t, half h (rows +8) and
-  // step j add (16t + 8h) * K + 32j elements.
+  // Tile 0, row g, step 0; tile t, half h (rows +8), step j add (16t + 8h) * K + 32j.
   const u16* w_lane = w + (static_cast<unsigned long long>(block * kColumnsPerCta + warp_column + g) * K +
                            static_cast<unsigned long long>(split * kSliceK + warp_k0 + 8 * q));
 
   gemm_trace::Trace trace;
   trace.start(thread_x);
-  // ASYNC_REDUCE: the CTAs that sum columns expect every partial of them,
-  // before this CTA issues any load (a release fence waits for earlier ones).
+  // Before any load: the mbarrier init's release fence would wait for earlier ones.
   const u32 barrier = pooler::shared_address(smem + kBarrierOffset);
   if constexpr (ASYNC_REDUCE) {
     if (thread_x == 0 && split < kOwners) pooler::mbarrier_expect_bytes(barrier, kPartials * ROWS * kOwned * 4);
   }
   const unsigned long long policy = pooler::l2_evict_first_policy();
-  // Prologue, before pdl_wait: the first K_UNROLL steps of w into registers,
-  // or the first STAGES chunks into the warp's ring, or (W_ON_CHIP) all of the
-  // CTA's w into shared memory.
+  // Prologue, before pdl_wait (w is never written by a kernel): registers, ring or all on chip.
   U32x4 wbuf[STAGES == 0 && !W_ON_CHIP ? K_UNROLL : 1][TILES][2];
   Ring ring{};
   const u32 w_barrier = barrier + 8;
   if constexpr (W_ON_CHIP) {
-    // Warp 0 issues one bulk copy per row of the CTA's share (lane l: rows l,
-    // l + 32, ...), after lane 0 has initialized the mbarrier that expects all
-    // of their bytes; __syncwarp orders the fenced init before every lane's
-    // copies. Nothing else in the CTA writes this memory, so no proxy fence is
-    // needed before the copies.
+    // __syncwarp orders the fenced init before every lane's copies. Nothing else writes this
+    // memory, so no proxy fence is needed.
     if (warp == 0) {
       if (lane == 0) pooler::mbarrier_expect_bytes(w_barrier, kColumnsPerCta * kWRowBytes);
       __syncwarp();
@@ -302,34 +215,20 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
       Ring::commit();
     }
   }
-  // Where the prologue has issued every load of w this CTA makes (one round
-  // of registers, or a ring that holds the warp's whole K range), the next
-  // kernel may start at once: its prologue then overlaps all of this one
-  // (N = 512, K = 8192: 3.9 -> 3.2-3.4 us per launch on an H200). Where loads
-  // continue, it waits for the main loop: an earlier start, even only once
-  // the last load was issued, competed with them (10-30% slower at N >= 1024).
-  // With W_ON_CHIP every CTA's loads are issued here, as with one round of
-  // registers: the next launch starts at once, and its CTAs issue their own
-  // copies where this one's leave room on the SM (two CTAs of a share of at
-  // most ~110 KiB), else as this launch's CTAs exit.
+  // The next launch starts at once only where the prologue issued all of w.
+  // why: docs/design/gemm.md, "Keeping w in flight".
   constexpr bool kAllOfWInPrologue = W_ON_CHIP || (STAGES == 0 ? kIterations == 1 : STAGES == kChunks);
   trace.mark(1);  // the prologue's loads are issued
   if constexpr (kAllOfWInPrologue) pdl_launch_dependents();
-  // Cluster phase 1: every CTA of the cluster has started (its shared memory
-  // may be written by its peers once this phase completes, and its mbarrier
-  // is initialized). Waited for just
-  // before the epilogue's remote stores, so it costs nothing here.
+  // Cluster phase 1: every CTA has started (mbarrier initialized, shared memory writable by
+  // peers). Waited for just before the epilogue's remote stores.
   if constexpr (SPLIT_K > 1) pooler::cluster_arrive_relaxed();
 
-  // x is the previous kernel's output: read only from here on. The branch
-  // (never taken: x is never null) is what keeps ptxas from scheduling
-  // griddepcontrol.wait above the prologue's loads, which it otherwise does.
+  // The never-taken branch keeps ptxas from hoisting the wait above the prologue's loads.
   if (x != nullptr) pdl_wait();
   trace.mark(2);  // the previous kernel has completed
 
-  // Stage x[0..ROWS)[slice] into shared memory, 16 bytes at a time: by
-  // cp.async without a ring; with one by plain loads, since waiting for a
-  // cp.async group would wait for the ring's older groups too.
+  // Stage x's slice: with a ring by plain loads, since a cp.async wait would wait for the ring.
   {
     constexpr int kChunksPerRow = kSliceK / 8;
     constexpr int kPieces = ROWS * kChunksPerRow;
@@ -356,8 +255,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
   }
   trace.mark(3);  // x is staged
 
-  // Lane's x fragment for batch tile b, step j: 16 bytes at
-  // x_lane + b * 8 * kXPitch + 64 j (row g + 8b, the warp's K range).
+  // Batch tile b, step j: x_lane + b * 8 * kXPitch + 64 j.
   const unsigned char* x_lane = smem + g * kXPitch + 2 * warp_k0 + 16 * q;
 
   float acc[TILES][kBatchTiles][4];
@@ -370,19 +268,13 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
     }
   }
 
-  // Running pointers, so that every load in the loop is one base register plus
-  // a constant offset (per-step 64-bit addresses cost ptxas registers it then
-  // spilled).
+  // Running pointers: one base register plus a constant offset per load, so ptxas does not spill.
   const u16* w_next = w_lane + 32 * K_UNROLL;  // the first step not loaded yet
   const unsigned char* x_step = x_lane;
   if constexpr (W_ON_CHIP) {
-    // Lane's fragment of tile t, half h (rows +8), step j: 16 bytes at
-    // w_step + (16t + 8h) * kWPitch, w_step advancing 64 bytes a step. The
-    // steps, tiles and MMAs in the register path's order: the same bits.
+    // Tile t, half h: w_step + (16t + 8h) * kWPitch; the register path's order, so the same bits.
     u32 w_step = pooler::shared_address(smem + kWOffset) + static_cast<u32>((warp_column + g) * kWPitch) +
                  static_cast<u32>(2 * warp_k0 + 16 * q);
-    // Every bulk copy of this CTA has landed (the mbarrier counted all their
-    // bytes): its share of w is readable.
     pooler::mbarrier_wait_phase_0(w_barrier);
     trace.mark(4);  // the CTA's w is on chip
 #pragma unroll 1
@@ -403,7 +295,6 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
     }
   }
   if constexpr (STAGES >= 1) {
-    // Lane's fragment of tile t, half h (rows +8), step u within a stage.
     const u32 lane_offset = static_cast<u32>(g * kRowPitch + 16 * q);
     const u32 swizzle = static_cast<u32>((g & 1) * kSwizzle * 16);  // rows 16t + g (+8) share g's parity
 #pragma unroll 1
@@ -424,8 +315,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
         }
       }
       x_step += 2 * kChunkK;
-      // Every lane has its fragments of this stage (the MMAs above consumed
-      // them): the stage may take the chunk STAGES ahead.
+      // Every lane has consumed this stage: it may take the chunk STAGES ahead.
       __syncwarp();
       if (chunk + STAGES < kChunks) ring.fill(chunk + STAGES);
       Ring::commit();
@@ -455,19 +345,13 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
   }
   trace.mark(5);  // warp 0's MMAs are done (thread 0 records every mark)
 
-  // Everything left is the reduction and the store of c: the next kernel may
-  // start its own prologue.
   if constexpr (!kAllOfWInPrologue) pdl_launch_dependents();
 
-  // The fused publish's stage: the previous call's last consumer CTA advanced
-  // it before that kernel completed, which pdl_wait (above) waited for. Loaded
-  // here so that its latency hides behind the reduction.
+  // After pdl_wait (the previous call advanced it); loaded here to hide behind the reduction.
   u32 stage = 0;
   if constexpr (kPublish) stage = pooler::ld_relaxed_gpu_u32(&state->stage);
 
-  // Epilogue. Partial p = split * WARPS_K + warp_k of CTA-local column col,
-  // batch row r, goes to rank col / kOwned at
-  // reduce[(p * 8 * kBatchTiles + r) * kOwnedPitch + col % kOwned].
+  // Partial p of column col, row r: rank col / kOwned, reduce[(p*8*kBatchTiles + r)*kOwnedPitch + col % kOwned].
   float* reduce = reinterpret_cast<float*>(smem + kReduceOffset);
   const int partial = split * WARPS_K + warp_k;
   if constexpr (SPLIT_K > 1) pooler::cluster_wait_acquire();  // phase 1: every peer has started
@@ -500,15 +384,10 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
     }
   }
   if constexpr (ASYNC_REDUCE) {
-    // Every partial of this rank's columns has landed once the mbarrier has
-    // counted all their bytes. A rank that sums nothing receives nothing, and
-    // one that does exits only after it has received everything, so no CTA
-    // touches the memory of one that has exited.
+    // No CTA touches an exited one's memory. why: docs/design/gemm.md, "Split-K over a cluster".
     if (split < kOwners) pooler::mbarrier_wait_phase_0(barrier);
   } else if constexpr (SPLIT_K > 1) {
-    // Phase 2: every partial of this rank's columns has landed (release by the
-    // writers, acquire here); after it nobody touches another CTA's memory,
-    // so any CTA may exit.
+    // Phase 2: every partial has landed; after it any CTA may exit.
     pooler::cluster_arrive_release();
     pooler::cluster_wait_acquire();
   } else {
@@ -529,16 +408,15 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
     }
     trace.mark(6);  // this thread's outputs are stored
   } else {
-    // The one-launch form: a CTA without a row to consume has read all it reads of
-    // the state (stage, above) and arrives, before its publish stores.
+    // Before the publish stores, so the release waits for none.
+    // why: docs/design/protocol.md, "One launch per layer".
     if constexpr (CONSUME != 0) {
       gemm_consume::arrive_without_row(const_cast<pooler::MailboxStateBlock*>(state), thread_x);
     }
     if (split >= kOwners) return stage;  // this rank finishes no columns (uniform over the CTA)
-    // Every thread sums one output as above (the same bits), in rounds that
-    // cover whole warps so that every lane reaches the shuffles. Outputs o and
-    // o + 1..7 with o % 8 == 0 are columns owned..owned + 7 of one row (kOwned
-    // and kThreads are multiples of 8), held by lanes 8j..8j+7 of one warp.
+    // Sums as above (the same bits), in rounds of whole warps so every lane reaches the shuffles;
+    // lanes 8j..8j+7 hold 8 consecutive columns of one row.
+    // why: docs/design/gemm.md, "The fused publish".
     constexpr int kOutputs = ROWS * kOwned;
     constexpr int kRounds = (kOutputs + kThreads - 1) / kThreads;
     constexpr u32 kAllLanes = 0xFFFFFFFFu;
@@ -555,8 +433,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
         for (int p = 1; p < kPartials; ++p) sum += slot[p * 8 * kBatchTiles * kOwnedPitch];
         value = pooler::bf16_from_float_hw(sum);
       }
-      // Word k of the vector is columns 2k (low half) and 2k + 1 (high half),
-      // the order of memory.
+      // Word k: columns 2k (low half) and 2k + 1 (high half), the order of memory.
       const u32 pair = value | (__shfl_down_sync(kAllLanes, value, 1) << 16);
       const u32 pair1 = __shfl_down_sync(kAllLanes, pair, 2);
       const u32 pair2 = __shfl_down_sync(kAllLanes, pair, 4);
@@ -597,12 +474,8 @@ extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gem
   if constexpr (PUBLISH && !CONSUME) gemm_detail::gemm<true>(x, w, c, threadIdx.x, peers, state, rank);
 }
 
-// The one-launch form (CONSUME != 0; gemm_consume.cuh): the fused publish as above,
-// then CTA i < ROWS gathers, norms and quantizes row i as the one-round-trip consumer
-// (consumer_nvfp4.cu / consumer_bf16.cu) would, with its parameters: mailbox, record
-// and timeout_ns as MailboxBinding and the consumers give them, layer for the record,
-// norm_weight [POOLED] BF16, global_scale one f32 (CONSUME = 1; unused for 2), out0 and
-// out1 packed and scales (CONSUME = 1) or rows and normed (2), each [ROWS, ...].
+// The one-launch form (gemm_consume.cuh); the consumers' parameters. out0, out1: packed and
+// scales (CONSUME = 1; global_scale one f32) or rows and normed (2), each [ROWS, ...].
 extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gemm_detail::kThreads, MIN_CTAS)
     pooler_gemm_consume(const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
                         unsigned short* __restrict__ c, pooler::MailboxPeers peers, unsigned short* mailbox,
