@@ -181,7 +181,7 @@ POOLER_DEVICE void mailbox_arrive(MailboxStateBlock* state, const MailboxCall& c
 
 struct MailboxSnapshot {
   u32 stage;          // this call's stage
-  u32 rows_to_clear;  // rows a call of the consumers above left in stage (stage + 2) % 3
+  u32 rows_to_clear;  // rows a baseline call left in stage (stage + 2) % 3
   u32 calls;          // completed calls before this one
 };
 

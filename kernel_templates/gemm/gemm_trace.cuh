@@ -7,7 +7,7 @@
 
 // Unmangled: the host looks them up by name.
 namespace gemm_trace {
-constexpr int kMarks = 7;  // start, issued, waited, x staged, first data, loop done, done
+constexpr int kMarks = 7;  // start, w issued, waited, x staged, first w used, loop done, done
 constexpr int kLaunches = 16;
 constexpr int kCtas = N / (16 * TILES * WARPS_N) * SPLIT_K;  // the grid
 }  // namespace gemm_trace

@@ -40,7 +40,7 @@ constexpr int kXPitch = (2 * kSliceK) % 128 == 0 ? 2 * kSliceK + 64 : 2 * kSlice
 constexpr int kXBytes = ROWS * kXPitch;
 constexpr int kReduceOffset = (kXBytes + 15) / 16 * 16;
 constexpr int kReduceBytes = kPartials * 8 * kBatchTiles * kOwnedPitch * 4;
-// The ring (STAGES >= 1): per warp, STAGES stages of kWarpRows rows of kChunkK K values.
+// The ring (STAGES >= 1), per warp.
 constexpr int kWarpRows = 16 * TILES;
 constexpr int kChunkK = 32 * K_UNROLL;
 constexpr int kChunkBytes = 2 * kChunkK;
@@ -87,7 +87,7 @@ static_assert(!PUBLISH || (TP >= 1 && TP <= pooler::kMailboxMaxPeers), "TP must 
 static_assert(!PUBLISH || (CAPACITY >= ROWS), "a mailbox slot must hold ROWS rows");
 static_assert(!PUBLISH || kOwned % 8 == 0, "the fused publish stores 8 columns at a time");
 
-// x fragments of one K step: row g + 8b at x_step + b * 8 * kXPitch; rows past ROWS are zeros.
+// Batch rows past ROWS feed zeros.
 __device__ __forceinline__ void load_x_fragments(U32x4 (&xf)[kBatchTiles], const unsigned char* x_step, int g) {
 #pragma unroll
   for (int b = 0; b < kBatchTiles; ++b) {
@@ -218,7 +218,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
   // The next launch starts at once only where the prologue issued all of w.
   // why: docs/design/gemm.md, "Keeping w in flight".
   constexpr bool kAllOfWInPrologue = W_ON_CHIP || (STAGES == 0 ? kIterations == 1 : STAGES == kChunks);
-  trace.mark(1);  // the prologue's loads are issued
+  trace.mark(1);
   if constexpr (kAllOfWInPrologue) pdl_launch_dependents();
   // Cluster phase 1: every CTA has started (mbarrier initialized, shared memory writable by
   // peers). Waited for just before the epilogue's remote stores.
@@ -226,7 +226,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
 
   // The never-taken branch keeps ptxas from hoisting the wait above the prologue's loads.
   if (x != nullptr) pdl_wait();
-  trace.mark(2);  // the previous kernel has completed
+  trace.mark(2);
 
   // Stage x's slice: with a ring by plain loads, since a cp.async wait would wait for the ring.
   {
@@ -253,7 +253,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
     }
     __syncthreads();
   }
-  trace.mark(3);  // x is staged
+  trace.mark(3);
 
   // Batch tile b, step j: x_lane + b * 8 * kXPitch + 64 j.
   const unsigned char* x_lane = smem + g * kXPitch + 2 * warp_k0 + 16 * q;
@@ -276,7 +276,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
     u32 w_step = pooler::shared_address(smem + kWOffset) + static_cast<u32>((warp_column + g) * kWPitch) +
                  static_cast<u32>(2 * warp_k0 + 16 * q);
     pooler::mbarrier_wait_phase_0(w_barrier);
-    trace.mark(4);  // the CTA's w is on chip
+    trace.mark(4);  // w is on chip
 #pragma unroll 1
     for (int iteration = 0; iteration < kIterations; ++iteration) {
 #pragma unroll
@@ -301,7 +301,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
     for (int chunk = 0; chunk < kChunks; ++chunk) {
       const u32 stage = ring.stages + (chunk % STAGES) * kStageBytes + lane_offset;
       Ring::wait();
-      if (chunk == 0) trace.mark(4);  // warp 0's first chunk of w has arrived
+      if (chunk == 0) trace.mark(4);  // first chunk arrived
 #pragma unroll
       for (int u = 0; u < K_UNROLL; ++u) {
         U32x4 xf[kBatchTiles];
@@ -341,9 +341,9 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
     }
     w_next += 32 * K_UNROLL;
     x_step += 64 * K_UNROLL;
-    if (iteration == 0) trace.mark(4);  // warp 0's prologue w has arrived and been used
+    if (iteration == 0) trace.mark(4);  // prologue's w used
   }
-  trace.mark(5);  // warp 0's MMAs are done (thread 0 records every mark)
+  trace.mark(5);
 
   if constexpr (!kAllOfWInPrologue) pdl_launch_dependents();
 
@@ -394,7 +394,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
     __syncthreads();
   }
 
-  // This rank's kOwned columns, every batch row: the partials in a fixed order.
+  // The partials in a fixed order.
   const int first_column = block * kColumnsPerCta + split * kOwned;
   if constexpr (!kPublish) {
     for (int o = static_cast<int>(thread_x); o < ROWS * kOwned; o += kThreads) {
@@ -406,7 +406,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
       for (int p = 1; p < kPartials; ++p) sum += slot[p * 8 * kBatchTiles * kOwnedPitch];
       c[static_cast<unsigned long long>(r) * N + first_column + owned] = pooler::bf16_from_float_hw(sum);
     }
-    trace.mark(6);  // this thread's outputs are stored
+    trace.mark(6);
   } else {
     // Before the publish stores, so the release waits for none.
     // why: docs/design/protocol.md, "One launch per layer".
@@ -452,7 +452,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
         }
       }
     }
-    trace.mark(6);  // this thread's outputs are stored and published
+    trace.mark(6);
   }
   return stage;
 }
