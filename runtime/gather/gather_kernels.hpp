@@ -27,7 +27,7 @@ inline constexpr const char* kStockQuantizeEntry = "pooler_stock_quantize";
 // Threads per CTA of the publish kernel (one per 8 columns of a shard row).
 inline constexpr int kPublishThreads = 128;
 
-// What follows a consumer's PDL wait (kernel_templates/common/mailbox.cuh):
+// What follows a consumer's PDL wait (docs/design/protocol.md, "The one-round-trip consumer"):
 //   baseline        the stage, then the rows the previous call left (to clear), then the
 //                   poll, each waiting for the one before; every CTA ends with an acq_rel
 //                   atomic whose last arrival advances the stage
