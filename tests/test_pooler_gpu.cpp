@@ -848,6 +848,27 @@ void expect_all_reduce_works(const RankEnv& env, const std::string& when) {
   }
 }
 
+// Checks the count of the Pooler's forms (rank 0 lists them once), then runs every
+// layer at every compiled b with fresh inputs and verifies each call against the stock path.
+void every_layer_at_every_batch(const RankEnv& env, Harness& harness, const ModelSpec& spec,
+                                const std::vector<std::string>& forms, std::size_t expected_forms, std::uint64_t seed,
+                                const std::string& what, bool pdl) {
+  if (forms.size() != expected_forms) {
+    env.problem(fmt::format("{}: the Pooler compiled {} forms, expected {}", what, forms.size(), expected_forms));
+  }
+  if (env.rank == 0 && pdl) {
+    for (const std::string& line : forms) env.say("form " + line);
+  }
+  PlanMaker maker(seed, spec);
+  harness.discover(maker);
+  std::vector<CallPlan> plans;
+  for (int b : spec.batches) {
+    for (int layer = 0; layer < spec.layers; ++layer) plans.push_back(maker.make(layer, b));
+  }
+  harness.run_calls(plans, what, pdl);
+  harness.verify(what);
+}
+
 // Every layer at every compiled b, PDL on and off; with PDL on the shards are also
 // checked against a CPU GEMM, and the forms the Pooler compiled are counted.
 void every_form(const RankEnv& env) {
@@ -881,20 +902,8 @@ void every_form(const RankEnv& env) {
     // batch and norm (two NVFP4, one BF16).
     const std::size_t expected_forms =
         spec.batches.size() * (fuse ? 2 : 1) + 1 + 2 + 1 + (v.one_launch ? spec.batches.size() * 3 : 0);
-    if (forms.size() != expected_forms) {
-      env.problem(fmt::format("{}: the Pooler compiled {} forms, expected {}", what, forms.size(), expected_forms));
-    }
-    if (env.rank == 0 && pdl) {
-      for (const std::string& line : forms) env.say("form " + line);
-    }
-    PlanMaker maker(env.seed ^ (pdl ? 0x1111ull : 0x2222ull), spec);
-    harness.discover(maker);
-    std::vector<CallPlan> plans;
-    for (int b : spec.batches) {
-      for (int layer = 0; layer < spec.layers; ++layer) plans.push_back(maker.make(layer, b));
-    }
-    harness.run_calls(plans, what, pdl);
-    harness.verify(what);
+    every_layer_at_every_batch(env, harness, spec, forms, expected_forms, env.seed ^ (pdl ? 0x1111ull : 0x2222ull),
+                               what, pdl);
   }
 }
 
@@ -1272,20 +1281,8 @@ void nccl_transport(const RankEnv& env) {
     // GEMMs, the gathered NVFP4 consumers for eps 1e-5 and 0.25, one gathered BF16 consumer.
     const std::size_t expected_forms = spec.batches.size() + 2 + 1;
     const std::vector<std::string> forms = harness.pooler().forms();
-    if (forms.size() != expected_forms) {
-      env.problem(fmt::format("{}: the Pooler compiled {} forms, expected {}", what, forms.size(), expected_forms));
-    }
-    if (env.rank == 0 && pdl) {
-      for (const std::string& line : forms) env.say("form " + line);
-    }
-    PlanMaker maker(env.seed ^ (pdl ? 0xAAAAull : 0xBBBBull), spec);
-    harness.discover(maker);
-    std::vector<CallPlan> plans;
-    for (int b : spec.batches) {
-      for (int layer = 0; layer < spec.layers; ++layer) plans.push_back(maker.make(layer, b));
-    }
-    harness.run_calls(plans, what, pdl);
-    harness.verify(what);
+    every_layer_at_every_batch(env, harness, spec, forms, expected_forms, env.seed ^ (pdl ? 0xAAAAull : 0xBBBBull),
+                               what, pdl);
   }
   many_calls(env, 1'000, false, base);
   graph(env, 100, base);
