@@ -268,7 +268,7 @@ void Pooler::Impl::load_one_launch() {
     try {
       one_launch_gemms.push_back(
           std::make_unique<PoolerGemm>(*lookups[plan.first_one_launch + i].entry, ctx, plan.one_launch_plans[i]));
-    } catch (const InvalidArgument& refused) {
+    } catch (const NotCoResident& refused) {
       log().info("Pooler rank {}: b = {} runs the two-kernel path: {}", rank, plan.one_launch_plans[i].rows(),
                  refused.what());
       one_launch_gemms.push_back(nullptr);

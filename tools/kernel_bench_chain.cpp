@@ -332,7 +332,7 @@ class ChainRig {
       for (const GemmPlan& plan : one_launch_plans(tp_, b, shape)) {
         one.emplace_back(*gpu_.cache.get(plan.form(), gpu_.arch).entry, gpu_.context, plan);
       }
-    } catch (const InvalidArgument& refused) {
+    } catch (const NotCoResident& refused) {
       // The device cannot hold this shape's whole grid at once (PoolerGemm's check):
       // no one-launch figure for it.
       one.clear();

@@ -83,7 +83,7 @@ int PoolerGemm::resident_ctas(CUcontext context) const {
 void PoolerGemm::check_co_resident(CUcontext context) const {
   const int resident = resident_ctas(context);
   if (static_cast<long long>(launch_.grid_x) > resident) {
-    throw InvalidArgument(
+    throw NotCoResident(
         fmt::format("pooler GEMM {} (rows {}, N {}, K {}, {}): the one-launch form spins until every CTA of its "
                     "grid has published, so all {} CTAs must be resident at once, but this device holds only {} of "
                     "them at this form's occupancy (registers, {} bytes of shared memory, clusters of {}); use the "

@@ -127,6 +127,14 @@ struct GemmConsumeOutputs {
   CUdeviceptr rows = 0, normed = 0;
 };
 
+// Raised by PoolerGemm's constructor for a one-launch form whose grid the device
+// cannot hold at once (its CTAs spin on each other): the caller may take the
+// two-kernel path instead. Every other refusal stays a plain InvalidArgument.
+class NotCoResident : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
 // One form loaded for one context. launch() and launch_publish() allocate
 // nothing and synchronise nothing, so they may be captured in a CUDA graph.
 class PoolerGemm {
