@@ -86,23 +86,7 @@ struct Suite : testing::LoopbackSuite {
   std::vector<LoadedForm> loaded;
 };
 
-class ConcurrentRanksGpu : public ::testing::TestWithParam<Param> {
- public:
-  static Suite& suite() { return *instance(); }
-
- protected:
-  static void TearDownTestSuite() { instance().reset(); }
-  void SetUp() override {
-    POOLER_REQUIRE_GPUS(1);
-    if (!instance()) instance() = std::make_unique<Suite>(0);
-  }
-
- private:
-  static std::unique_ptr<Suite>& instance() {
-    static std::unique_ptr<Suite> s;
-    return s;
-  }
-};
+class ConcurrentRanksGpu : public testing::LoopbackTest<Suite, Param> {};
 
 // One rank: its mailbox, state, stream, publisher and consumers of both variants.
 struct Rank {
@@ -122,8 +106,8 @@ TEST_P(ConcurrentRanksGpu, RacingRanksMatchTheStockPath) {
   const Param param = GetParam();
   const int tp = param.tp;
   Suite& s = suite();
-  const unsigned seed = std::random_device{}();
-  std::mt19937_64 random(seed);
+  const unsigned long long seed = seed_;
+  std::mt19937_64& random = random_;
   const std::string where = std::string("tp ") + std::to_string(tp) + ", " + mix_name(param.mix) + ", PDL " +
                             (param.pdl ? "on" : "off") + ", seed " + std::to_string(seed);
   const MailboxLayout layout = MailboxLayout::make(kPooled, tp, kCapacity);

@@ -40,8 +40,10 @@ struct LoopbackSuite {
   std::string architecture;
 };
 
-template <class Suite>
-class LoopbackTest : public ::testing::TestWithParam<bool> {
+// Param is PDL on or off (bool) for the loopback suites; a suite with a richer
+// parameter passes its own type and does not call pdl() or context().
+template <class Suite, class Param = bool>
+class LoopbackTest : public ::testing::TestWithParam<Param> {
  public:
   // The suite; SetUp built it before any test body runs.
   static Suite& suite() { return *instance(); }
@@ -57,7 +59,7 @@ class LoopbackTest : public ::testing::TestWithParam<bool> {
     ::testing::Test::RecordProperty("seed", std::to_string(seed_));
   }
 
-  bool pdl() const { return GetParam(); }
+  bool pdl() const { return this->GetParam(); }
   // Where a failure happened, with the seed that replays it.
   std::string context(int tp) const {
     return "tp " + std::to_string(tp) + ", PDL " + (pdl() ? "on" : "off") + ", seed " + std::to_string(seed_);
