@@ -141,21 +141,21 @@ POOLER_HD float e2m1_to_float(u8 code) {
   return bits_as_float(sign | magnitude);
 }
 
-// As cvt.rn.satfinite.e2m1x2.f32: the code is the number of thresholds |x| has
-// passed; ties go to the even code, so odd codes need > and even codes >=. Bit
-// patterns are compared, so -ftz cannot change a result. NaN -> 0x7.
+// As cvt.rn.satfinite.e2m1x2.f32 (sm_90 has no such instruction). Below 1 the codes are
+// multiples of 0.5, counted by two thresholds (0.25 rounds to 0, 0.75 to 1: ties to even).
+// From 1 up, code = (exponent, top mantissa bit) - (127, 0) + 2, rounded to nearest even
+// in the integer domain: adding 0x1FFFFF plus the kept bit carries exactly when the 22
+// dropped bits are over half, or half with the kept bit odd; codes past 7 saturate.
+// Straight-line on purpose: a branch here serializes a thread's 16 conversions.
+// Bit patterns are compared, so -ftz cannot change a result. NaN -> 0x7.
 POOLER_HD u8 float_to_e2m1_satfinite_rn(float x) {
   const u32 u = float_as_bits(x);
-  if (detail::is_nan_bits(u)) return 0x7;
   const u32 a = detail::magnitude_bits(u);
-  const u32 code = (a > 0x3E800000u ? 1u : 0u)     // 0.25: 0 -> 0.5
-                   + (a >= 0x3F400000u ? 1u : 0u)  // 0.75: 0.5 -> 1
-                   + (a > 0x3FA00000u ? 1u : 0u)   // 1.25: 1 -> 1.5
-                   + (a >= 0x3FE00000u ? 1u : 0u)  // 1.75: 1.5 -> 2
-                   + (a > 0x40200000u ? 1u : 0u)   // 2.5:  2 -> 3
-                   + (a >= 0x40600000u ? 1u : 0u)  // 3.5:  3 -> 4
-                   + (a > 0x40A00000u ? 1u : 0u);  // 5.0:  4 -> 6 (and above: saturate)
-  return static_cast<u8>(((u >> 28) & 0x8u) | code);
+  const u32 below_one = (a > 0x3E800000u ? 1u : 0u) + (a >= 0x3F400000u ? 1u : 0u);
+  const u32 rounded = (a + 0x1FFFFFu + ((a >> 22) & 1u)) >> 22;  // 254 for 1.0; no overflow up to NaN
+  const u32 from_one = rounded - 252u < 7u ? rounded - 252u : 7u;
+  const u32 code = (a < 0x3F800000u ? below_one : from_one) | ((u >> 28) & 0x8u);
+  return static_cast<u8>(detail::is_nan_bits(u) ? 0x7u : code);
 }
 
 // The NVFP4 packing: column 2k in the low nibble, 2k+1 in the high one.

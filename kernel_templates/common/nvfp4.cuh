@@ -16,14 +16,17 @@ struct Nvfp4Block16 {
 };
 
 POOLER_DEVICE Nvfp4Block16 quantize16(const u32 (&y)[8], float global_scale) {
-  // Step 1: amax in column order; max.f32 ignores NaN, abs.f32 makes -0.0 +0.0.
-  float amax = abs_f32(bf16_low(y[0]));
-  amax = max_f32(amax, abs_f32(bf16_high(y[0])));
+  // Step 1: amax; max.f32 ignores NaN and abs.f32 makes -0.0 +0.0, so any order gives the
+  // same bits: a tree, for a short dependency chain.
+  float m[8];
 #pragma unroll
-  for (int k = 1; k < 8; ++k) {
-    amax = max_f32(amax, abs_f32(bf16_low(y[k])));
-    amax = max_f32(amax, abs_f32(bf16_high(y[k])));
+  for (int k = 0; k < 8; ++k) m[k] = max_f32(abs_f32(bf16_low(y[k])), abs_f32(bf16_high(y[k])));
+#pragma unroll
+  for (int width = 4; width > 0; width /= 2) {
+#pragma unroll
+    for (int k = 0; k < width; ++k) m[k] = max_f32(m[k], m[k + width]);
   }
+  const float amax = m[0];
   // Steps 2-4.
   const float sf = nvfp4_scale_factor(amax, global_scale);
   const u8 sf_byte = e4m3_from_float_hw(sf);
