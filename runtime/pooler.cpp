@@ -151,15 +151,16 @@ ExpertInput Pooler::Impl::gather_to(int layer, int b, const ExpertInput& out, CU
     }
     return result;
   }
-  if (const Nvfp4ConsumerLauncher* consumer = nvfp4_of_layer[static_cast<std::size_t>(layer)]) {
+  const auto trigger = static_cast<std::size_t>(trigger_by_rows[static_cast<std::size_t>(b)]);
+  if (const Nvfp4ConsumerLauncher* consumer = nvfp4_of_layer[trigger][static_cast<std::size_t>(layer)]) {
     consumer->launch(stream, spec.norm_weight.data, spec.global_scale->data, out.packed.data, out.scales.data, b, layer,
                      options.enable_pdl);
     result.nvfp4 = true;
     result.packed = out.packed;
     result.scales = out.scales;
   } else {
-    bf16_of_layer[static_cast<std::size_t>(layer)]->launch(stream, spec.norm_weight.data, rows.get(), out.normed.data,
-                                                           b, layer, options.enable_pdl);
+    bf16_of_layer[trigger][static_cast<std::size_t>(layer)]->launch(stream, spec.norm_weight.data, rows.get(),
+                                                                    out.normed.data, b, layer, options.enable_pdl);
     result.normed = out.normed;
   }
   return result;

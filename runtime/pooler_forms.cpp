@@ -1,8 +1,13 @@
 #include "runtime/pooler_forms.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
+#include <string>
 
+#include <fmt/format.h>
+
+#include "pooler/error.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/gather/gathered_consumer.hpp"
@@ -19,6 +24,18 @@ std::vector<NormConstants> distinct(const std::vector<NormConstants>& norms) {
 }
 
 }  // namespace
+
+ConsumerTrigger consumer_trigger(const PoolerGemmShape& gemm) {
+  const char* env = std::getenv("POOLER_CONSUMER_TRIGGER");
+  const std::string mode = env != nullptr ? env : "";
+  if (mode == "before_wait") return ConsumerTrigger::before_wait;
+  if (mode == "after_wait") return ConsumerTrigger::after_wait;
+  if (!mode.empty()) {
+    throw InvalidArgument(
+        fmt::format("POOLER_CONSUMER_TRIGGER = \"{}\"; expected before_wait, after_wait or unset (the rule)", mode));
+  }
+  return gemm.w_on_chip ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait;
+}
 
 PoolerForms pooler_forms(const PoolerConfig& config) {
   PoolerForms out;
@@ -44,20 +61,27 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
   if (config.mailbox) out.forms.push_back(publish_form(config.pooled, config.tp, config.capacity));
   const ConsumerVariant variant =
       config.one_round_trip_consumer ? ConsumerVariant::one_round_trip : ConsumerVariant::baseline;
-  out.first_nvfp4 = out.forms.size();
+  bool any_before_wait = false;
   if (config.mailbox) {
-    for (const NormConstants& norm : out.nvfp4_norms) {
-      out.forms.push_back(
-          nvfp4_consumer_form(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, variant));
+    for (const GemmPlan& plan : out.gemm_plans) {
+      out.consumer_triggers.push_back(consumer_trigger(plan.shape()));
+      any_before_wait = any_before_wait || out.consumer_triggers.back() == ConsumerTrigger::before_wait;
     }
   }
-  out.first_edge = out.forms.size();
-  if (config.mailbox) {
-    for (const NormConstants& norm : out.edge_norms) {
-      out.forms.push_back(
-          bf16_consumer_form(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, variant));
+  auto consumers = [&](const std::vector<NormConstants>& norms, auto make, ConsumerTrigger trigger) {
+    const std::size_t first = out.forms.size();
+    if (config.mailbox && (trigger == ConsumerTrigger::after_wait || any_before_wait)) {
+      for (const NormConstants& norm : norms) {
+        out.forms.push_back(
+            make(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, variant, trigger));
+      }
     }
-  }
+    return first;
+  };
+  out.first_nvfp4 = consumers(out.nvfp4_norms, nvfp4_consumer_form, ConsumerTrigger::after_wait);
+  out.first_edge = consumers(out.edge_norms, bf16_consumer_form, ConsumerTrigger::after_wait);
+  out.first_nvfp4_before_wait = consumers(out.nvfp4_norms, nvfp4_consumer_form, ConsumerTrigger::before_wait);
+  out.first_edge_before_wait = consumers(out.edge_norms, bf16_consumer_form, ConsumerTrigger::before_wait);
   out.first_gathered_nvfp4 = out.forms.size();
   if (config.gathered) {
     for (const NormConstants& norm : out.nvfp4_norms) {

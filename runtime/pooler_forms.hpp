@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "pooler/gemm_shape.hpp"
+#include "runtime/gather/consumer_trigger.hpp"
 #include "runtime/gemm/gemm_plan.hpp"
 #include "runtime/jit/form.hpp"
 
@@ -44,7 +45,8 @@ struct PoolerConfig {
 
 // The forms, in this order: a GEMM per batch (ascending, duplicates dropped),
 // when `mailbox`: when `fuse_publish` a publishing GEMM per batch, the publish, the NVFP4 consumers, the BF16
-// consumers (each in the order given, duplicates dropped); when `gathered`: the gathered NVFP4 consumers, the
+// consumers (each in the order given, duplicates dropped), and where some batch's consumers trigger before
+// their wait (consumer_trigger) both again with that trigger; when `gathered`: the gathered NVFP4 consumers, the
 // gathered BF16 consumers (same order); then, when `stock`, a stock norm per distinct norm and the stock quantize;
 // then, when `one_launch`, per batch the one-launch GEMM of each NVFP4 norm, then of each edge norm.
 // Index fields of a part that is not there point past the forms before it (an empty range).
@@ -57,7 +59,13 @@ struct PoolerForms {
   std::vector<NormConstants> edge_norms;   // distinct
   std::size_t first_fused_gemm =
       0;  // when fuse_publish: the publishing GEMM of batches[i] is forms[first_fused_gemm + i]
-  std::size_t publish = 0, first_nvfp4 = 0, first_edge = 0, first_stock_norm = 0, stock_quantize = 0;
+  // When mailbox: the consumers' trigger at batches[i] (consumer_trigger of its GEMM). The NVFP4
+  // consumer of nvfp4_norms[i] is forms[first_nvfp4 + i] (after_wait) and, where some batch needs it,
+  // forms[first_nvfp4_before_wait + i]; the BF16 consumers likewise from first_edge and
+  // first_edge_before_wait.
+  std::vector<ConsumerTrigger> consumer_triggers;
+  std::size_t publish = 0, first_nvfp4 = 0, first_nvfp4_before_wait = 0, first_edge = 0, first_edge_before_wait = 0,
+              first_stock_norm = 0, stock_quantize = 0;
   std::size_t first_gathered_nvfp4 = 0, first_gathered_edge = 0;  // when gathered: one per distinct norm each
   std::vector<GemmPlan> one_launch_plans;  // when one_launch: forms[first_one_launch + i] is one_launch_plans[i]
   std::size_t first_one_launch = 0;
@@ -69,5 +77,13 @@ struct PoolerForms {
 };
 
 PoolerForms pooler_forms(const PoolerConfig& config);
+
+// When the mailbox consumers of a batch let the next launch (the next layer's GEMM, of the
+// same shape) start: before their PDL wait where that GEMM copies its whole w on chip, so
+// that its copies overlap this layer's GEMM; after it elsewhere, where an early start takes
+// bandwidth from the running GEMM (docs/decisions/0016-consumer-trigger-before-wait.md).
+// POOLER_CONSUMER_TRIGGER=before_wait or after_wait overrides the rule at every b (for
+// comparisons and tests: both give the same bits); any other value is InvalidArgument.
+ConsumerTrigger consumer_trigger(const PoolerGemmShape& gemm);
 
 }  // namespace pooler

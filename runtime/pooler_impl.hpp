@@ -2,6 +2,7 @@
 // (pooler_setup.cpp) and the calls (pooler.cpp).
 #pragma once
 
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <map>
@@ -53,10 +54,12 @@ struct Pooler::Impl {
   std::vector<std::unique_ptr<PoolerGemm>> fused_by_rows;  // the publishing GEMMs, when options.fuse_publish
   MailboxPeers peers{};
   std::optional<PublishLauncher> publisher;
-  std::map<NormKey, Nvfp4ConsumerLauncher> nvfp4_consumers;
-  std::map<NormKey, Bf16ConsumerLauncher> bf16_consumers;
-  std::vector<const Nvfp4ConsumerLauncher*> nvfp4_of_layer;                         // per layer; null for edge layers
-  std::vector<const Bf16ConsumerLauncher*> bf16_of_layer;                           // per layer; null for NVFP4 layers
+  // The mailbox consumers by (trigger, norm), and per trigger (index: ConsumerTrigger) and layer.
+  std::map<std::pair<ConsumerTrigger, NormKey>, Nvfp4ConsumerLauncher> nvfp4_consumers;
+  std::map<std::pair<ConsumerTrigger, NormKey>, Bf16ConsumerLauncher> bf16_consumers;
+  std::array<std::vector<const Nvfp4ConsumerLauncher*>, 2> nvfp4_of_layer;  // null for edge layers
+  std::array<std::vector<const Bf16ConsumerLauncher*>, 2> bf16_of_layer;    // null for NVFP4 layers
+  std::vector<ConsumerTrigger> trigger_by_rows;  // index b: the consumers' trigger (consumer_trigger)
   std::map<std::pair<bool, NormKey>, GatheredConsumerLauncher> gathered_consumers;  // nccl: by (nvfp4, norm)
   std::vector<const GatheredConsumerLauncher*> gathered_of_layer;                   // nccl: per layer
   std::vector<std::string> form_lines;

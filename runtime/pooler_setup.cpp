@@ -240,18 +240,31 @@ void Pooler::Impl::load_mailbox() {
     }
   }
   publisher.emplace(load(plan.publish), layout, rank, peers, state->state());
-  for (std::size_t i = 0; i < plan.nvfp4_norms.size(); ++i) {
-    nvfp4_consumers.emplace(norm_key(plan.nvfp4_norms[i]),
-                            Nvfp4ConsumerLauncher(load(plan.first_nvfp4 + i), layout, rank, binding, timeout_ns));
+  trigger_by_rows.assign(static_cast<std::size_t>(o.capacity) + 1, ConsumerTrigger::after_wait);
+  for (std::size_t i = 0; i < plan.batches.size(); ++i) {
+    trigger_by_rows[static_cast<std::size_t>(plan.batches[i])] = plan.consumer_triggers[i];
   }
-  for (std::size_t i = 0; i < plan.edge_norms.size(); ++i) {
-    bf16_consumers.emplace(norm_key(plan.edge_norms[i]),
-                           Bf16ConsumerLauncher(load(plan.first_edge + i), layout, rank, binding, timeout_ns));
-  }
-  for (const PoolerLayer& layer : o.layers) {
-    const NormKey key = norm_key(NormConstants{layer.eps, layer.gain_center});
-    nvfp4_of_layer.push_back(layer.nvfp4() ? &nvfp4_consumers.at(key) : nullptr);
-    bf16_of_layer.push_back(layer.nvfp4() ? nullptr : &bf16_consumers.at(key));
+  const bool any_before_wait = std::find(plan.consumer_triggers.begin(), plan.consumer_triggers.end(),
+                                         ConsumerTrigger::before_wait) != plan.consumer_triggers.end();
+  for (ConsumerTrigger trigger : {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait}) {
+    const bool before = trigger == ConsumerTrigger::before_wait;
+    if (before && !any_before_wait) break;
+    for (std::size_t i = 0; i < plan.nvfp4_norms.size(); ++i) {
+      const std::size_t form = (before ? plan.first_nvfp4_before_wait : plan.first_nvfp4) + i;
+      nvfp4_consumers.emplace(std::make_pair(trigger, norm_key(plan.nvfp4_norms[i])),
+                              Nvfp4ConsumerLauncher(load(form), layout, rank, binding, timeout_ns));
+    }
+    for (std::size_t i = 0; i < plan.edge_norms.size(); ++i) {
+      const std::size_t form = (before ? plan.first_edge_before_wait : plan.first_edge) + i;
+      bf16_consumers.emplace(std::make_pair(trigger, norm_key(plan.edge_norms[i])),
+                             Bf16ConsumerLauncher(load(form), layout, rank, binding, timeout_ns));
+    }
+    const auto t = static_cast<std::size_t>(trigger);
+    for (const PoolerLayer& layer : o.layers) {
+      const auto key = std::make_pair(trigger, norm_key(NormConstants{layer.eps, layer.gain_center}));
+      nvfp4_of_layer[t].push_back(layer.nvfp4() ? &nvfp4_consumers.at(key) : nullptr);
+      bf16_of_layer[t].push_back(layer.nvfp4() ? nullptr : &bf16_consumers.at(key));
+    }
   }
   if (one_launch) load_one_launch();
 }

@@ -13,7 +13,9 @@
 //       timeout record filled, and the mailbox works again after a reset
 //   (g) everything with PDL on and off (the suite's parameter); also a CUDA-graph replay
 //   (h) everything with both consumer variants (ConsumerVariant): the one-round-trip
-//       consumer leaves the mailbox all sentinel after a call (it clears what it read)
+//       consumer leaves the mailbox all sentinel after a call (it clears what it read);
+//       and with the one-round-trip consumer triggering the next launch before its wait
+//       (ConsumerTrigger::before_wait, as the Pooler's where the next GEMM holds w on chip)
 //
 // Every wait on the GPU has a hard wall-clock limit: a hang ends the program with a
 // message instead of stalling the test run.
@@ -124,18 +126,23 @@ Bf16s random_weight(std::mt19937_64& random) {
 
 constexpr std::array<ConsumerVariant, 2> kVariants = {ConsumerVariant::baseline, ConsumerVariant::one_round_trip};
 
-// nvfp4[v], bf16[v]: the consumers of variant kVariants[v].
+// nvfp4[i], bf16[i]: the consumers of variant kVariants[i] (i < 2) triggering after their
+// wait, and [2] the one-round-trip consumers triggering before it.
 struct TpForms {
-  std::optional<LoadedForm> publish, nvfp4[2], bf16[2];
+  std::optional<LoadedForm> publish, nvfp4[3], bf16[3];
 };
 
 struct Suite : testing::LoopbackSuite {
   explicit Suite(int ordinal) : LoopbackSuite(ordinal) {
     std::vector<Form> forms =
         mailbox_kernel_forms(kPooled, std::vector<int>(kTps.begin(), kTps.end()), kCapacity, kEps, kGainCenter);
-    for (int tp : kTps) {
-      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip));
-      forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip));
+    for (ConsumerTrigger trigger : {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait}) {
+      for (int tp : kTps) {
+        forms.push_back(
+            nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip, trigger));
+        forms.push_back(
+            bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip, trigger));
+      }
     }
     const std::vector<Lookup> compiled = compile(forms);
     std::size_t i = 0;
@@ -147,10 +154,12 @@ struct Suite : testing::LoopbackSuite {
     }
     stock_norm.emplace(*compiled[i++].entry, context.get());
     stock_quantize.emplace(*compiled[i++].entry, context.get());
-    for (int tp : kTps) {
-      TpForms& f = by_tp[tp];
-      f.nvfp4[1].emplace(*compiled[i++].entry, context.get());
-      f.bf16[1].emplace(*compiled[i++].entry, context.get());
+    for (std::size_t form : {1, 2}) {
+      for (int tp : kTps) {
+        TpForms& f = by_tp[tp];
+        f.nvfp4[form].emplace(*compiled[i++].entry, context.get());
+        f.bf16[form].emplace(*compiled[i++].entry, context.get());
+      }
     }
   }
 
@@ -161,21 +170,28 @@ struct Suite : testing::LoopbackSuite {
 // The fixture; declared here, for the rig takes its forms from the suite.
 class ConsumerGpu : public testing::LoopbackTest<Suite> {};
 
-// One rig's tp and consumer variant; every test runs each of its tps with both variants.
+// One rig's tp, consumer variant and trigger; every test runs each of its tps with both
+// variants, and the one-round-trip consumer with both triggers.
 struct RigSetup {
   int tp = 0;
   ConsumerVariant variant = ConsumerVariant::baseline;
-  std::string label() const { return std::string(", consumer ") + to_string(variant); }
+  ConsumerTrigger trigger = ConsumerTrigger::after_wait;
+  std::string label() const {
+    return std::string(", consumer ") + to_string(variant) +
+           (trigger == ConsumerTrigger::before_wait ? ", trigger before wait" : "");
+  }
+  // Its forms in TpForms' consumer arrays.
+  std::size_t form() const {
+    return variant == ConsumerVariant::baseline ? 0 : trigger == ConsumerTrigger::after_wait ? 1 : 2;
+  }
 };
-
-// The index of a variant in kVariants (and in TpForms' consumer arrays).
-std::size_t variant_index(ConsumerVariant v) { return v == ConsumerVariant::baseline ? 0 : 1; }
 
 std::vector<RigSetup> all_setups(std::vector<int> tps = std::vector<int>(kTps.begin(), kTps.end())) {
   std::vector<RigSetup> out;
   for (ConsumerVariant v : kVariants) {
-    for (int tp : tps) out.push_back(RigSetup{tp, v});
+    for (int tp : tps) out.push_back(RigSetup{tp, v, ConsumerTrigger::after_wait});
   }
+  for (int tp : tps) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::before_wait});
   return out;
 }
 
@@ -206,10 +222,9 @@ class Rig {
       : tp_(setup.tp),
         variant_(setup.variant),
         pdl_(pdl),
-        loopback_(*ConsumerGpu::suite().by_tp.at(tp_).publish,
-                  *ConsumerGpu::suite().by_tp.at(tp_).nvfp4[variant_index(setup.variant)],
-                  *ConsumerGpu::suite().by_tp.at(tp_).bf16[variant_index(setup.variant)],
-                  MailboxLayout::make(kPooled, tp_, kCapacity), stream_.get(), timeout_ns, kConsumerRank),
+        loopback_(*ConsumerGpu::suite().by_tp.at(tp_).publish, *ConsumerGpu::suite().by_tp.at(tp_).nvfp4[setup.form()],
+                  *ConsumerGpu::suite().by_tp.at(tp_).bf16[setup.form()], MailboxLayout::make(kPooled, tp_, kCapacity),
+                  stream_.get(), timeout_ns, kConsumerRank),
         shards_(sz(tp_) * sz(kCapacity) * sz(loopback_.layout().width()) * 2),
         gathered_(sz(kCapacity) * sz(kPooled) * 2),
         weight_(sz(kPooled) * 2),

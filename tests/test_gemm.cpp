@@ -19,6 +19,7 @@
 #include "pooler/error.hpp"
 #include "runtime/jit/cubin_elf.hpp"
 #include "runtime/jit/kernel_cache.hpp"
+#include "runtime/gather/gather_kernels.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/pooler_forms.hpp"
 #include "support/process.hpp"
@@ -250,6 +251,50 @@ TEST(GemmConsumeForm, PoolerFormsListOnePerBatchAndNorm) {
   }
 }
 
+TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitWhereTheGemmHoldsWOnChip) {
+  // At TP4's width the rule copies w on chip at b = 1 only: that batch's consumers let the
+  // next launch start before their PDL wait ("_tbw" forms, TRIGGER_BEFORE_WAIT=1), b = 8's after.
+  PoolerConfig config;
+  config.tp = 4;
+  config.batches = {8, 1};
+  config.nvfp4_norms = {NormConstants{1e-5f, 1.0f}, NormConstants{0.25f, 1.0f}};
+  config.edge_norms = {NormConstants{1e-6f, 0.0f}};
+  config.one_round_trip_consumer = true;
+  const PoolerForms forms = pooler_forms(config);
+  ASSERT_EQ(forms.batches, (std::vector<int>{1, 8}));
+  ASSERT_TRUE(forms.gemm_plans[0].shape().w_on_chip);
+  ASSERT_FALSE(forms.gemm_plans[1].shape().w_on_chip);
+  EXPECT_EQ(forms.consumer_triggers,
+            (std::vector<ConsumerTrigger>{ConsumerTrigger::before_wait, ConsumerTrigger::after_wait}));
+  for (bool before : {false, true}) {
+    for (std::size_t i = 0; i < forms.nvfp4_norms.size(); ++i) {
+      const Form& f = forms.forms.at((before ? forms.first_nvfp4_before_wait : forms.first_nvfp4) + i);
+      const NormConstants& norm = forms.nvfp4_norms[i];
+      EXPECT_EQ(f.name(),
+                nvfp4_consumer_form(4096, 4, kCapacity, norm.eps, norm.gain_center, ConsumerVariant::one_round_trip,
+                                    before ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait)
+                    .name());
+      EXPECT_EQ(f.name().ends_with("_tbw"), before) << f.name();
+      EXPECT_NE(f.describe_constants().find(before ? "TRIGGER_BEFORE_WAIT=1" : "TRIGGER_BEFORE_WAIT=0"),
+                std::string::npos)
+          << f.describe_constants();
+    }
+    const Form& edge = forms.forms.at(before ? forms.first_edge_before_wait : forms.first_edge);
+    EXPECT_EQ(edge.name().ends_with("_tbw"), before) << edge.name();
+    EXPECT_NE(edge.name().find("pooler_consumer_bf16_1rt"), std::string::npos) << edge.name();
+  }
+  EXPECT_EQ(forms.first_gathered_nvfp4, forms.first_edge_before_wait + forms.edge_norms.size());
+
+  // Where no batch holds w on chip, no before-wait consumer is compiled.
+  config.batches = {8, 16};
+  const PoolerForms streaming = pooler_forms(config);
+  EXPECT_EQ(streaming.consumer_triggers,
+            (std::vector<ConsumerTrigger>{ConsumerTrigger::after_wait, ConsumerTrigger::after_wait}));
+  EXPECT_EQ(streaming.first_nvfp4_before_wait, streaming.first_edge_before_wait);
+  EXPECT_EQ(streaming.first_edge_before_wait, streaming.first_gathered_nvfp4);
+  for (const Form& f : streaming.forms) EXPECT_FALSE(f.name().ends_with("_tbw")) << f.name();
+}
+
 TEST(GemmConsumeForm, NameConstantsEntryAndRefusals) {
   const GemmPlan publishing = choose_gemm_plan(2048, kHidden, 8).publishing(GemmPublish{2, kCapacity});
   const Form nvfp4 = publishing.consuming(GemmConsume{GemmOutput::nvfp4, 1e-5f, 1.0f}).form();
@@ -371,9 +416,9 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOnChipOrReduceAsyncWhereChosen)
       SCOPED_TRACE(::testing::Message() << "N " << n << ", rows " << rows);
       const PoolerGemmShape shape = choose_gemm_shape(n, kHidden, rows);
       EXPECT_NO_THROW(validate_gemm_shape(rows, n, kHidden, shape));
-      // w on chip with two CTAs per SM only where measured faster: N = 1024, b <= 2
+      // w on chip with two CTAs per SM only where measured faster: N = 1024, b = 1
       // (docs/decisions/0014-weights-on-chip.md); 256 CTAs of 32 columns, other sums.
-      if (n == 1024 && rows <= 2) {
+      if (n == 1024 && rows == 1) {
         const std::optional<PoolerGemmShape> two = on_chip_gemm_shape(n, kHidden, rows, true);
         ASSERT_TRUE(two.has_value());
         EXPECT_EQ(shape, *two);

@@ -54,6 +54,7 @@
 #include "runtime/jit/driver.hpp"
 #include "runtime/jit/kernel.hpp"
 #include "runtime/jit/kernel_cache.hpp"
+#include "runtime/pooler_forms.hpp"
 #include "tools/bench_forms.hpp"
 #include "tools/harness/checks.hpp"
 #include "tools/harness/graph.hpp"
@@ -74,6 +75,7 @@ constexpr float kGlobalScale = 448.0f * 6.0f / 5.0f;
 // No healthy poll waits in loopback; a protocol slip ends a call with a record.
 constexpr unsigned long long kTimeoutNs = 1'000'000'000ull;
 constexpr ConsumerVariant kVariants[2] = {ConsumerVariant::baseline, ConsumerVariant::one_round_trip};
+constexpr ConsumerTrigger kTriggers[2] = {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait};
 
 const char* kChainUsage = R"(usage: pooler-kernel-bench --chain [options]
 
@@ -201,8 +203,10 @@ std::vector<Form> chain_forms(const ChainOptions& o) {
     }
     forms.push_back(publish_form(kPooled, tp, kCapacity));
     for (ConsumerVariant v : kVariants) {
-      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v));
-      forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v));
+      for (ConsumerTrigger t : kTriggers) {
+        forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, t));
+        forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, t));
+      }
     }
   }
   return forms;
@@ -216,6 +220,7 @@ struct ChainRow {
   std::string shape;
   double floor = 0, fused[2] = {}, one_launch = 0, gemm = 0, publish = 0, publish_gather[2] = {}, stock = 0,
          stock_norm = 0;
+  bool trigger_before_wait = false;  // the consumers' trigger (consumer_trigger of the shape)
   std::string check;
   std::string one_launch_refused;  // why there is no one-launch figure (one_launch = -1)
   double gather(int v) const { return publish_gather[v] - publish; }
@@ -301,12 +306,14 @@ class ChainRig {
     publisher_.emplace(*publish_loaded_, layout_, 0, peers_, state_.state());
     const MailboxBinding binding = state_.binding(mailbox_.get());
     for (int v = 0; v < 2; ++v) {
-      const Form nvfp4 = nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v]);
-      const Form bf16 = bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v]);
-      nvfp4_loaded_[v].emplace(*gpu.cache.get(nvfp4, gpu.arch).entry, gpu.context);
-      bf16_loaded_[v].emplace(*gpu.cache.get(bf16, gpu.arch).entry, gpu.context);
-      nvfp4_[v].emplace(*nvfp4_loaded_[v], layout_, 0, binding, kTimeoutNs);
-      bf16_[v].emplace(*bf16_loaded_[v], layout_, 0, binding, kTimeoutNs);
+      for (int t = 0; t < 2; ++t) {
+        const Form nvfp4 = nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v], kTriggers[t]);
+        const Form bf16 = bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v], kTriggers[t]);
+        nvfp4_loaded_[v][t].emplace(*gpu.cache.get(nvfp4, gpu.arch).entry, gpu.context);
+        bf16_loaded_[v][t].emplace(*gpu.cache.get(bf16, gpu.arch).entry, gpu.context);
+        nvfp4_[v][t].emplace(*nvfp4_loaded_[v][t], layout_, 0, binding, kTimeoutNs);
+        bf16_[v][t].emplace(*bf16_loaded_[v][t], layout_, 0, binding, kTimeoutNs);
+      }
     }
     POOLER_CU(cuStreamSynchronize(gpu.stream), "setting up the chain");
   }
@@ -321,6 +328,9 @@ class ChainRig {
     row.rule = path.shape == choose_gemm_shape(n_, kHidden, b);
     const PoolerGemmShape& shape = path.shape;
     row.shape = describe(shape);
+    // The consumers trigger as the Pooler's do before this GEMM shape.
+    trigger_ = consumer_trigger(shape) == ConsumerTrigger::before_wait ? 1 : 0;
+    row.trigger_before_wait = trigger_ == 1;
     const GemmPublish publish{tp_, kCapacity};
     const PoolerGemm plain(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape), gpu_.arch).entry, gpu_.context, b,
                            n_, kHidden, shape);
@@ -412,10 +422,10 @@ class ChainRig {
 
   void consume(int layer, int b, int v) const {
     if (edge(layer)) {
-      bf16_[v]->launch(gpu_.stream, norm_weight_.get(), rows_.get(), normed_.get(), b, layer, true);
+      bf16_[v][trigger_]->launch(gpu_.stream, norm_weight_.get(), rows_.get(), normed_.get(), b, layer, true);
     } else {
-      nvfp4_[v]->launch(gpu_.stream, norm_weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer,
-                        true);
+      nvfp4_[v][trigger_]->launch(gpu_.stream, norm_weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b,
+                                  layer, true);
     }
   }
 
@@ -503,19 +513,21 @@ class ChainRig {
   MailboxState state_;
   DeviceBuffer c_, c_stock_, packed_, scales_, rows_, normed_, gathered_, stock_normed_, stock_packed_, stock_scales_;
   MailboxPeers peers_{};
-  std::optional<LoadedForm> publish_loaded_, nvfp4_loaded_[2], bf16_loaded_[2];
+  std::optional<LoadedForm> publish_loaded_, nvfp4_loaded_[2][2], bf16_loaded_[2][2];  // [variant][trigger]
   std::optional<PublishLauncher> publisher_;
-  std::optional<Nvfp4ConsumerLauncher> nvfp4_[2];
-  std::optional<Bf16ConsumerLauncher> bf16_[2];
+  std::optional<Nvfp4ConsumerLauncher> nvfp4_[2][2];
+  std::optional<Bf16ConsumerLauncher> bf16_[2][2];
+  int trigger_ = 0;  // the consumers' trigger (index into kTriggers) for the row being measured
   double ceiling_gbps_ = 0;
 };
 
 void print_row(const ChainRow& r) {
   const double best = std::min({r.fused[0], r.fused[1], r.one_launch > 0 ? r.one_launch : r.fused[0]});
   const std::string path = r.path + (r.rule ? "*" : "");
-  std::printf("%3d %3d %5d %-10s %8.2f %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s]\n", r.tp,
-              r.b, r.n, path.c_str(), r.fused[0], r.fused[1], r.one_launch, r.floor, best / r.floor, r.gemm,
-              r.gather(0), r.gather(1), r.publish, r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str());
+  std::printf("%3d %3d %5d %-10s %8.2f %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s%s]\n",
+              r.tp, r.b, r.n, path.c_str(), r.fused[0], r.fused[1], r.one_launch, r.floor, best / r.floor, r.gemm,
+              r.gather(0), r.gather(1), r.publish, r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str(),
+              r.trigger_before_wait ? "; consumers trigger before their wait" : "");
   if (!r.one_launch_refused.empty()) std::printf("    onelaunch -1: %s\n", r.one_launch_refused.c_str());
   std::fflush(stdout);
 }
@@ -536,9 +548,10 @@ void write_json(const std::string& path, const ChainOptions& o, const DeviceInfo
         "\"fused_1rt_us\": {:.3f}, \"one_launch_us\": {:.3f}, \"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, "
         "\"gather_us\": {:.3f}, "
         "\"gather_1rt_us\": {:.3f}, \"publish_us\": {:.3f}, \"stock_us\": {:.3f}, "
-        "\"stock_norm_us\": {:.3f}, \"check\": \"{}\"}}{}\n",
+        "\"stock_norm_us\": {:.3f}, \"consumer_trigger\": \"{}\", \"check\": \"{}\"}}{}\n",
         r.tp, r.b, r.n, r.path, r.rule ? "true" : "false", r.shape, r.fused[0], r.fused[1], r.one_launch, r.floor,
-        r.gemm, r.gather(0), r.gather(1), r.publish, r.stock, r.stock_norm, r.check, i + 1 < rows.size() ? "," : "");
+        r.gemm, r.gather(0), r.gather(1), r.publish, r.stock, r.stock_norm,
+        r.trigger_before_wait ? "before_wait" : "after_wait", r.check, i + 1 < rows.size() ? "," : "");
   }
   out << " ]\n}\n";
 }

@@ -1,6 +1,7 @@
 // The consumer of the BF16 edge layers: gathers b rows from the local mailbox, writes them and
 // their pre_expert_norm (bit for bit the stock path but for -0.0: numerics.md; protocol.md).
-// Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, ONE_ROUND_TRIP (0: baseline).
+// Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, ONE_ROUND_TRIP (0: baseline),
+// TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait).
 // Launch: grid (b), block (POOLED / 16); thread t owns columns [16 t, 16 t + 16). Every rank must
 // launch the same grid. Outputs: rows, normed [b, POOLED] BF16; undefined after a timeout.
 #include "mailbox.cuh"
@@ -13,6 +14,7 @@ static_assert(POOLED % 512 == 0 && POOLED <= 16384, "POOLED / 16 threads must be
 static_assert(POOLED % TP == 0 && kShardWidth % 16 == 0, "a 16-column block never straddles two slots");
 static_assert(TP >= 1 && TP <= pooler::kMailboxMaxPeers, "at most kMailboxMaxPeers ranks");
 static_assert(ONE_ROUND_TRIP == 0 || ONE_ROUND_TRIP == 1, "ONE_ROUND_TRIP is 0 or 1");
+static_assert(TRIGGER_BEFORE_WAIT == 0 || TRIGGER_BEFORE_WAIT == 1, "TRIGGER_BEFORE_WAIT is 0 or 1");
 
 extern "C" __global__ void __launch_bounds__(POOLED / 16)
     pooler_consumer_bf16(pooler::u16* mailbox, pooler::MailboxStateBlock* state, pooler::TimeoutRecord* record,
@@ -24,8 +26,11 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   // A model parameter no kernel of a call writes: before the PDL wait.
   u32 w[8];
   ld_global_16xbf16(weight + column, w);
+  // The next launch may start before the wait where its prologue holds its whole w on chip
+  // (docs/decisions/0016-consumer-trigger-before-wait.md).
+  if constexpr (TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
   pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
-  pdl_launch_dependents();
+  if constexpr (!TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
   const unsigned long long at = static_cast<unsigned long long>(row) * POOLED + column;
   u32 x[8];
   if constexpr (ONE_ROUND_TRIP) {

@@ -1,6 +1,7 @@
 // The consumer of the NVFP4 layers: gathers b rows from the local mailbox, norms and quantizes
 // them (bit for bit the stock path but for a zero code's sign: numerics.md; protocol.md).
-// Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, ONE_ROUND_TRIP (0: baseline).
+// Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, ONE_ROUND_TRIP (0: baseline),
+// TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait).
 // Launch: grid (b), block (POOLED / 16); thread t owns columns [16 t, 16 t + 16). Every rank must
 // launch the same grid. Outputs: packed [b, POOLED / 2], scales [b, POOLED / 16]; undefined after
 // a timeout.
@@ -15,6 +16,7 @@ static_assert(POOLED % 512 == 0 && POOLED <= 16384, "POOLED / 16 threads must be
 static_assert(POOLED % TP == 0 && kShardWidth % 16 == 0, "a 16-column block never straddles two slots");
 static_assert(TP >= 1 && TP <= pooler::kMailboxMaxPeers, "at most kMailboxMaxPeers ranks");
 static_assert(ONE_ROUND_TRIP == 0 || ONE_ROUND_TRIP == 1, "ONE_ROUND_TRIP is 0 or 1");
+static_assert(TRIGGER_BEFORE_WAIT == 0 || TRIGGER_BEFORE_WAIT == 1, "TRIGGER_BEFORE_WAIT is 0 or 1");
 
 extern "C" __global__ void __launch_bounds__(POOLED / 16)
     pooler_consumer_nvfp4(pooler::u16* mailbox, pooler::MailboxStateBlock* state, pooler::TimeoutRecord* record,
@@ -27,8 +29,11 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   u32 w[8];
   ld_global_16xbf16(weight + column, w);
   const float gs = ld_global_f32(global_scale);
+  // The next launch may start before the wait where its prologue holds its whole w on chip
+  // (docs/decisions/0016-consumer-trigger-before-wait.md).
+  if constexpr (TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
   pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
-  pdl_launch_dependents();
+  if constexpr (!TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
   u32 x[8];
   if constexpr (ONE_ROUND_TRIP) {
     MailboxSnapshot snapshot;

@@ -96,17 +96,19 @@ Form mailbox_form(const char* caller, const std::string& name, const char* file,
   return Form(name, file, {entry}).set("POOLED", pooled).set("TP", tp).set("CAPACITY", capacity);
 }
 
-// A consumer: a mailbox form with the norm's constants, which its name carries, and
-// its variant (ONE_ROUND_TRIP; "_1rt" after the kind).
+// A consumer: a mailbox form with the norm's constants, which its name carries, its
+// variant (ONE_ROUND_TRIP; "_1rt" after the kind) and its trigger ("_tbw" at the end).
 Form consumer_form(const char* caller, const char* kind, const char* file, const char* entry, int pooled, int tp,
-                   int capacity, float eps, float gain_center, ConsumerVariant variant) {
+                   int capacity, float eps, float gain_center, ConsumerVariant variant, ConsumerTrigger trigger) {
   check_norm_constants(caller, eps, gain_center);
+  const bool before_wait = trigger == ConsumerTrigger::before_wait;
   const std::string name = shape_name((std::string(kind) + variant_suffix(variant)).c_str(), pooled, tp, capacity) +
-                           fmt::format("_eps{}_gc{}", eps, gain_center);
+                           fmt::format("_eps{}_gc{}", eps, gain_center) + (before_wait ? "_tbw" : "");
   return mailbox_form(caller, name, file, entry, pooled, tp, capacity)
       .set("EPS", eps)
       .set("GAIN_CENTER", gain_center)
-      .set("ONE_ROUND_TRIP", variant == ConsumerVariant::one_round_trip ? 1 : 0);
+      .set("ONE_ROUND_TRIP", variant == ConsumerVariant::one_round_trip ? 1 : 0)
+      .set("TRIGGER_BEFORE_WAIT", before_wait ? 1 : 0);
 }
 
 }  // namespace
@@ -117,14 +119,16 @@ Form publish_form(int pooled, int tp, int capacity) {
       .set("THREADS", kPublishThreads);
 }
 
-Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center, ConsumerVariant variant) {
+Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center, ConsumerVariant variant,
+                         ConsumerTrigger trigger) {
   return consumer_form("nvfp4_consumer_form", "pooler_consumer_nvfp4", "consumer_nvfp4.cu", kNvfp4ConsumerEntry, pooled,
-                       tp, capacity, eps, gain_center, variant);
+                       tp, capacity, eps, gain_center, variant, trigger);
 }
 
-Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center, ConsumerVariant variant) {
+Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center, ConsumerVariant variant,
+                        ConsumerTrigger trigger) {
   return consumer_form("bf16_consumer_form", "pooler_consumer_bf16", "consumer_bf16.cu", kBf16ConsumerEntry, pooled, tp,
-                       capacity, eps, gain_center, variant);
+                       capacity, eps, gain_center, variant, trigger);
 }
 
 Form stock_norm_form(int pooled, float eps, float gain_center) {

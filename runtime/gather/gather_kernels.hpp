@@ -15,6 +15,7 @@
 #include "runtime/jit/form.hpp"
 #include "runtime/jit/kernel.hpp"
 #include "runtime/comm/mailbox.hpp"
+#include "runtime/gather/consumer_trigger.hpp"
 
 namespace pooler {
 
@@ -43,13 +44,16 @@ const char* to_string(ConsumerVariant variant);
 // tp and capacity as the mailbox's rules (runtime/comm/mailbox.hpp), eps finite
 // and > 0, gain_center finite.
 // Form names carry the shape ("pooler_publish_p4096_tp4_cap32"; a one_round_trip
-// consumer's kind ends in "_1rt": "pooler_consumer_nvfp4_1rt_p4096_..."); launchers check it.
+// consumer's kind ends in "_1rt": "pooler_consumer_nvfp4_1rt_p4096_..."; a before_wait
+// consumer's name ends in "_tbw"); launchers check it.
 
 Form publish_form(int pooled, int tp, int capacity);
 Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center,
-                         ConsumerVariant variant = ConsumerVariant::baseline);
+                         ConsumerVariant variant = ConsumerVariant::baseline,
+                         ConsumerTrigger trigger = ConsumerTrigger::after_wait);
 Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center,
-                        ConsumerVariant variant = ConsumerVariant::baseline);
+                        ConsumerVariant variant = ConsumerVariant::baseline,
+                        ConsumerTrigger trigger = ConsumerTrigger::after_wait);
 Form stock_norm_form(int pooled, float eps, float gain_center);
 Form stock_quantize_form(int pooled);
 

@@ -168,7 +168,7 @@ std::optional<PoolerGemmShape> on_chip_shape(int n, int k, int rows, PoolerGemmS
 
 // The on-chip weight path for a register shape, in place, where the rule picks
 // it: where it was measured faster (docs/decisions/0014-weights-on-chip.md),
-// N = 1024 with b <= 2, with two CTAs per SM (32 columns per CTA: other sums
+// N = 1024 with b = 1, with two CTAs per SM (32 columns per CTA: other sums
 // than the register shape's), so that the next launch copies its w beside this
 // one. POOLER_GEMM_ON_CHIP=off keeps the streaming paths (registers or a ring)
 // everywhere, =on takes the on-chip path with the register shape's sums
@@ -178,7 +178,7 @@ std::optional<PoolerGemmShape> on_chip_shape(int n, int k, int rows, PoolerGemmS
 bool choose_on_chip(int n, int rows, int k, PoolerGemmShape& s) {
   const std::string mode = override_mode("POOLER_GEMM_ON_CHIP");
   if (mode == "off") return false;
-  if (mode.empty() && (n != 1024 || rows > 2 || override_mode("POOLER_GEMM_RING") == "on")) return false;
+  if (mode.empty() && (n != 1024 || rows > 1 || override_mode("POOLER_GEMM_RING") == "on")) return false;
   const std::optional<PoolerGemmShape> on_chip = on_chip_shape(n, k, rows, s, mode.empty());
   if (!on_chip) return false;
   s = *on_chip;
