@@ -73,7 +73,7 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
     if (config.mailbox && (trigger == ConsumerTrigger::after_wait || any_before_wait)) {
       for (const NormConstants& norm : norms) {
         out.forms.push_back(
-            make(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, variant, trigger));
+            make(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, variant, trigger, false));
       }
     }
     return first;

@@ -38,6 +38,13 @@ std::vector<Form> every_form() {
       forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, trigger));
       forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, trigger));
     }
+    // The trace forms (pooler-kernel-bench --chain --trace), both variants.
+    for (ConsumerVariant v : {ConsumerVariant::baseline, ConsumerVariant::one_round_trip}) {
+      forms.push_back(
+          nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, ConsumerTrigger::after_wait, true));
+      forms.push_back(
+          bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, ConsumerTrigger::after_wait, true));
+    }
     for (bool nvfp4 : {true, false}) forms.push_back(gathered_consumer_form(kPooled, tp, kEps, kGainCenter, nvfp4));
   }
   return forms;
@@ -66,6 +73,21 @@ INSTANTIATE_TEST_SUITE_P(Architectures, PoolerForms, ::testing::Values("sm_90", 
 
 using testing::expect_mentions;
 using testing::rejection;
+
+TEST(PoolerForms, ConsumerTraceFormsAreSeparate) {
+  // Their own name and constant, so they never share a cache entry with the forms Pooler runs.
+  for (bool nvfp4 : {true, false}) {
+    auto make = nvfp4 ? nvfp4_consumer_form : bf16_consumer_form;
+    const Form plain = make(kPooled, 4, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
+                            ConsumerTrigger::before_wait, false);
+    const Form traced = make(kPooled, 4, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
+                             ConsumerTrigger::before_wait, true);
+    EXPECT_EQ(traced.name(), plain.name() + "_trace");
+    EXPECT_EQ(traced.kernels(), plain.kernels());
+    EXPECT_NE(traced.describe_constants().find("TRACE=1"), std::string::npos) << traced.describe_constants();
+    EXPECT_NE(plain.describe_constants().find("TRACE=0"), std::string::npos) << plain.describe_constants();
+  }
+}
 
 TEST(PoolerFormArguments, TensorParallelSize) {
   for (int tp : {0, 3, 5, 16, -1}) {

@@ -37,6 +37,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -48,6 +49,7 @@
 
 #include "pooler/error.hpp"
 #include "runtime/comm/mailbox.hpp"
+#include "runtime/gather/consumer_trace.hpp"
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/jit/device.hpp"
@@ -59,6 +61,7 @@
 #include "tools/harness/checks.hpp"
 #include "tools/harness/graph.hpp"
 #include "tools/harness/stats.hpp"
+#include "tools/kernel_bench_trace.hpp"
 
 namespace pooler::bench {
 namespace {
@@ -92,6 +95,9 @@ options:
   --no-stock        skip the stock path
   --arch ARCH       architecture to compile for without a GPU (default sm_90)
   --json FILE       also write the rows as JSON
+  --trace DIR       also trace, per (tp, b), 16 layers of the rule's path (the publishing GEMM's and
+                    the one-round-trip NVFP4 consumer's trace forms): when each CTA passed each step,
+                    to DIR/chain_trace_tp{tp}_b{b}.txt, and a timeline of medians on stdout
   -h, --help        this text
 )";
 
@@ -103,6 +109,7 @@ struct ChainOptions {
   bool stock = true;
   std::string arch = "sm_90";
   std::string json;
+  std::string trace_dir;  // --trace
 };
 
 std::size_t sz(long long v) { return static_cast<std::size_t>(v); }
@@ -156,6 +163,8 @@ ChainOptions parse(int argc, char** argv) {
       o.arch = value();
     } else if (a == "--json") {
       o.json = value();
+    } else if (a == "--trace") {
+      o.trace_dir = value();
     } else {
       throw InvalidArgument(fmt::format("--chain: unknown option '{}' (see --chain --help)", a));
     }
@@ -199,6 +208,12 @@ std::vector<Form> chain_forms(const ChainOptions& o) {
         forms.push_back(pooler_gemm_form(b, n, kHidden, path.shape));
         forms.push_back(pooler_gemm_form(b, n, kHidden, path.shape, &publish));
         for (const GemmPlan& plan : one_launch_plans(tp, b, path.shape)) forms.push_back(plan.form());
+      }
+      if (!o.trace_dir.empty()) {
+        const PoolerGemmShape rule = choose_gemm_shape(n, kHidden, b);
+        forms.push_back(pooler_gemm_form(b, n, kHidden, rule, &publish, true));
+        forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
+                                            consumer_trigger(rule), true));
       }
     }
     forms.push_back(publish_form(kPooled, tp, kCapacity));
@@ -393,6 +408,7 @@ class ChainRig {
                      }));
     }
     row.floor = static_cast<double>(n_) * kHidden * 2 / (ceiling_gbps_ * 1e3);
+    if (!o_.trace_dir.empty() && row.rule) trace(b, shape);
     const MailboxStateBlock block = state_.read(s);
     if (block.failed != 0u || block.arrived != 0u) {
       row.check += fmt::format("; FAILED: mailbox state after timing: failed {}, arrived {} ({})", block.failed,
@@ -402,6 +418,39 @@ class ChainRig {
   }
 
   void set_ceiling(double gbps) { ceiling_gbps_ = gbps; }
+
+  // --trace: 16 layers of the traced publishing GEMM and the traced one-round-trip NVFP4
+  // consumer (the rule's trigger for `shape`), recorded in one replay after a warm-up.
+  void trace(int b, const PoolerGemmShape& shape) const {
+    const CUstream s = gpu_.stream;
+    const GemmPublish publish{tp_, kCapacity};
+    const PoolerGemm gemm(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape, &publish, true), gpu_.arch).entry,
+                          gpu_.context, b, n_, kHidden, shape, &publish, true);
+    const Form consumer_form = nvfp4_consumer_form(kPooled, tp_, kCapacity, kEps, kGainCenter,
+                                                   ConsumerVariant::one_round_trip, consumer_trigger(shape), true);
+    const LoadedForm loaded(*gpu_.cache.get(consumer_form, gpu_.arch).entry, gpu_.context);
+    const Nvfp4ConsumerLauncher consumer(loaded, layout_, 0, state_.binding(mailbox_.get()), kTimeoutNs);
+    const GemmTrace gemm_trace = gemm.trace();
+    const ConsumerTrace consumer_trace = pooler::consumer_trace(loaded, kCapacity);
+    constexpr int kLaunches = kConsumerTraceLaunches;
+    static_assert(kLaunches <= kGemmTraceLaunches, "both trace forms record every launch");
+    const harness::Graph graph(s, "the traced chain's graph", [&] {
+      for (int i = 0; i < kLaunches; ++i) {
+        gemm.launch_publish(s, x_.get(), weight(i % o_.layers), c_.get(), peers_, state_.state(), 0, true);
+        consumer.launch(s, norm_weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, i, true);
+      }
+    });
+    graph.launch(s);  // warm-up, not recorded
+    reset_gemm_trace(gemm_trace, s);
+    reset_consumer_trace(consumer_trace, s);
+    graph.launch(s);
+    POOLER_CU(cuStreamSynchronize(s), "the traced chain");
+    const std::vector<GemmTraceRecord> g = read_gemm_trace(gemm_trace, kLaunches);
+    const std::vector<ConsumerTraceRecord> c = read_consumer_trace(consumer_trace, kLaunches);
+    const std::string file = fmt::format("{}/chain_trace_tp{}_b{}.txt", o_.trace_dir, tp_, b);
+    bench::write_chain_trace(file, g, c);
+    std::printf("    trace %s:\n%s", file.c_str(), bench::summarize_chain_trace(g, c, kLaunches).c_str());
+  }
 
  private:
   CUdeviceptr weight(int layer) const { return weights_.get() + sz(layer) * sz(n_) * kHidden * 2; }
@@ -568,6 +617,11 @@ bool wants_chain(int argc, char** argv) {
 int chain_main(int argc, char** argv) {
   try {
     const ChainOptions o = parse(argc, argv);
+    if (!o.trace_dir.empty()) {
+      std::error_code error;
+      std::filesystem::create_directories(o.trace_dir, error);
+      if (error) throw Error(fmt::format("--trace {}: cannot create the directory: {}", o.trace_dir, error.message()));
+    }
     const auto started = std::chrono::steady_clock::now();
     const bool gpu_present = driver_available() && device_count() > 0;
     const std::string arch = gpu_present ? device_info(0).architecture() : o.arch;

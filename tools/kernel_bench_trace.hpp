@@ -1,5 +1,7 @@
 // pooler-kernel-bench --trace: where a PDL chain of pooler GEMM launches spends
-// its time, from a trace form's per-CTA marks (runtime/gemm/gemm_trace.hpp).
+// its time, from a trace form's per-CTA marks (runtime/gemm/gemm_trace.hpp); and
+// --chain --trace: the same for the chain of publishing GEMM and consumer
+// (runtime/gather/consumer_trace.hpp).
 #pragma once
 
 #include <functional>
@@ -7,6 +9,7 @@
 #include <vector>
 
 #include "runtime/jit/device.hpp"
+#include "runtime/gather/consumer_trace.hpp"
 #include "runtime/gemm/gemm_trace.hpp"
 
 namespace pooler::bench {
@@ -28,5 +31,20 @@ std::string summarize_trace(const std::vector<GemmTraceRecord>& records, int lau
 // One line per record: launch, CTA, SM, then every mark in microseconds from
 // the first CTA's start (-1 where the CTA did not pass it).
 void write_trace(const std::string& path, const std::vector<GemmTraceRecord>& records);
+
+// A chain of publishing GEMM and consumer launches, alternating, `launches` of each:
+// for the steady layers (all but the first and the last), the medians over them of when,
+// in us after the layer's GEMM's PDL wait (its first CTA), the GEMM staged x, finished
+// its MMAs and published (median and last CTA), the consumer's CTA 0 passed each step,
+// its last CTA finished, and the next GEMM's CTAs started and its wait returned; then
+// CTA 0's cycles per step. Lines ending in a newline. Needs at least 4 launches.
+std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
+                                  const std::vector<ConsumerTraceRecord>& consumer, int launches);
+
+// One line per record, GEMM's then the consumer's: kind, launch, CTA, SM, then every mark
+// in microseconds from the first start (-1 where not passed); the consumer's lines end
+// with its clock marks in cycles after its start.
+void write_chain_trace(const std::string& path, const std::vector<GemmTraceRecord>& gemm,
+                       const std::vector<ConsumerTraceRecord>& consumer);
 
 }  // namespace pooler::bench

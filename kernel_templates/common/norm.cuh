@@ -95,14 +95,22 @@ POOLER_DEVICE void norm16(const u32 (&x)[8], const u32 (&weight)[8], float inv, 
   }
 }
 
+// What a traced kernel records between the norm's steps (consumer_trace.cuh); nothing here.
+struct NoNormMarks {
+  POOLER_DEVICE void summed(float) const {}
+  POOLER_DEVICE void normed(const u32 (&)[8]) const {}
+};
+
 // The whole norm of one row for this thread's 16 columns, with POOLED_WIDTH / 16 threads.
-template <int POOLED_WIDTH>
-POOLER_DEVICE void rms_norm_row16(const u32 (&x)[8], const u32 (&weight)[8], float eps, float gain_center,
-                                  u32 (&y)[8]) {
+template <int POOLED_WIDTH, class Marks = NoNormMarks>
+POOLER_DEVICE void rms_norm_row16(const u32 (&x)[8], const u32 (&weight)[8], float eps, float gain_center, u32 (&y)[8],
+                                  const Marks& marks = Marks()) {
   constexpr int kThreads = POOLED_WIDTH / 16;
   __shared__ float partials[kThreads / 32];
   const float total = cta_sum<kThreads>(sum_squares16(x), partials);
+  marks.summed(total);
   norm16(x, weight, rms_inverse<POOLED_WIDTH>(total, eps), gain_center, y);
+  marks.normed(y);
 }
 
 }  // namespace pooler

@@ -1,11 +1,13 @@
 // The consumer of the BF16 edge layers: gathers b rows from the local mailbox, writes them and
 // their pre_expert_norm (bit for bit the stock path but for -0.0: numerics.md; protocol.md).
 // Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, ONE_ROUND_TRIP (0: baseline),
-// TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait).
+// TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait), TRACE
+// (1: consumer_trace.cuh records when each CTA passes each step).
 // Launch: grid (b), block (POOLED / 16); thread t owns columns [16 t, 16 t + 16). Every rank must
 // launch the same grid. Outputs: rows, normed [b, POOLED] BF16; undefined after a timeout.
 #include "mailbox.cuh"
 #include "norm.cuh"
+#include "consumer_trace.cuh"
 #include "pdl.cuh"
 #include "vector_io.cuh"
 
@@ -15,6 +17,7 @@ static_assert(POOLED % TP == 0 && kShardWidth % 16 == 0, "a 16-column block neve
 static_assert(TP >= 1 && TP <= pooler::kMailboxMaxPeers, "at most kMailboxMaxPeers ranks");
 static_assert(ONE_ROUND_TRIP == 0 || ONE_ROUND_TRIP == 1, "ONE_ROUND_TRIP is 0 or 1");
 static_assert(TRIGGER_BEFORE_WAIT == 0 || TRIGGER_BEFORE_WAIT == 1, "TRIGGER_BEFORE_WAIT is 0 or 1");
+static_assert(TRACE == 0 || TRACE == 1, "TRACE is 0 or 1");
 
 extern "C" __global__ void __launch_bounds__(POOLED / 16)
     pooler_consumer_bf16(pooler::u16* mailbox, pooler::MailboxStateBlock* state, pooler::TimeoutRecord* record,
@@ -23,6 +26,8 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   using namespace pooler;
   const u32 column = threadIdx.x * 16u;
   const u32 row = blockIdx.x;
+  consumer_trace::Trace trace;
+  trace.start();
   // A model parameter no kernel of a call writes: before the PDL wait.
   u32 w[8];
   ld_global_16xbf16(weight + column, w);
@@ -31,26 +36,33 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   if constexpr (TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
   pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
   if constexpr (!TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
+  trace.mark(consumer_trace::kWaited);
   const unsigned long long at = static_cast<unsigned long long>(row) * POOLED + column;
   u32 x[8];
   if constexpr (ONE_ROUND_TRIP) {
     MailboxSnapshot snapshot;
     mailbox_read16<TP, CAPACITY, kShardWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns, snapshot,
                                               x);
+    trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
     mailbox_arrive_after_read(state);
+    trace.mark(consumer_trace::kArrived);
     u32 y[8];
-    rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y);
+    rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y, trace);
     st_global_16xbf16(rows + at, x);
     st_global_16xbf16(normed + at, y);
+    trace.mark(consumer_trace::kStored);
     mailbox_finish16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, row, column);
   } else {
     const MailboxCall call = mailbox_begin(state);
     mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column);
     mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
+    trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
     st_global_16xbf16(rows + at, x);
     u32 y[8];
-    rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y);
+    rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y, trace);
     st_global_16xbf16(normed + at, y);
+    trace.mark(consumer_trace::kStored);
     mailbox_arrive(state, call);
   }
+  trace.mark(consumer_trace::kFinished);
 }

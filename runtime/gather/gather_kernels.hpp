@@ -48,12 +48,14 @@ const char* to_string(ConsumerVariant variant);
 // consumer's name ends in "_tbw"); launchers check it.
 
 Form publish_form(int pooled, int tp, int capacity);
+// `trace` (a diagnostic: pooler-kernel-bench --chain --trace): the consumer also records
+// when each CTA passes each step (runtime/gather/consumer_trace.hpp); its name ends in "_trace".
 Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center,
                          ConsumerVariant variant = ConsumerVariant::baseline,
-                         ConsumerTrigger trigger = ConsumerTrigger::after_wait);
+                         ConsumerTrigger trigger = ConsumerTrigger::after_wait, bool trace = false);
 Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center,
                         ConsumerVariant variant = ConsumerVariant::baseline,
-                        ConsumerTrigger trigger = ConsumerTrigger::after_wait);
+                        ConsumerTrigger trigger = ConsumerTrigger::after_wait, bool trace = false);
 Form stock_norm_form(int pooled, float eps, float gain_center);
 Form stock_quantize_form(int pooled);
 

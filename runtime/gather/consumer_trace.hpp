@@ -1,0 +1,51 @@
+// Reading what a trace form of a mailbox consumer recorded (nvfp4_consumer_form or
+// bf16_consumer_form with trace = true; a diagnostic for pooler-kernel-bench --chain
+// --trace): per launch and CTA, when thread 0 passed each step, in %globaltimer ns and in
+// %clock64 cycles of its SM (kernel_templates/gather/consumer_trace.cuh).
+#pragma once
+
+#include <cuda.h>
+
+#include <array>
+#include <vector>
+
+#include "runtime/jit/kernel.hpp"
+
+namespace pooler {
+
+// As the template's consumer_trace::Mark, kMarks and kLaunches.
+enum class ConsumerMark { start, waited, read, arrived, summed, normed, quantized, stored, finished };
+inline constexpr int kConsumerTraceMarks = 9;
+inline constexpr int kConsumerTraceLaunches = 16;
+inline constexpr const char* kConsumerMarkNames[kConsumerTraceMarks] = {
+    "start", "waited", "read", "arrived", "summed", "normed", "quantized", "stored", "finished"};
+
+// Where a loaded trace form records: launches[cta] counts the launches CTA cta has started,
+// records[launch][cta] holds kConsumerTraceMarks timer words, (SM << 32) | cta, then
+// kConsumerTraceMarks clock words, for the first kConsumerTraceLaunches launches.
+struct ConsumerTrace {
+  LoadedForm::Global launches;  // unsigned per CTA (capacity of them)
+  LoadedForm::Global records;   // unsigned long long
+  int capacity = 0;             // CTAs a launch can have
+};
+
+struct ConsumerTraceRecord {
+  int launch = 0;                                               // since the counters were reset
+  int cta = 0;                                                  // blockIdx.x
+  int sm = 0;                                                   // %smid
+  std::array<unsigned long long, kConsumerTraceMarks> ns{};     // %globaltimer per mark; 0 where not passed
+  std::array<unsigned long long, kConsumerTraceMarks> clock{};  // %clock64 per mark; 0 where not passed
+};
+
+// The trace variables of `form` (a consumer trace form for `capacity` rows); InvalidArgument
+// when the form has none or their sizes differ from these constants.
+ConsumerTrace consumer_trace(const LoadedForm& form, int capacity);
+
+// Zeroes the counters and records, in stream order.
+void reset_consumer_trace(const ConsumerTrace& trace, CUstream stream);
+
+// The records of launches [0, launches) (at most kConsumerTraceLaunches), CTAs in order; a
+// CTA that did not start in a launch has no record. Synchronous.
+std::vector<ConsumerTraceRecord> read_consumer_trace(const ConsumerTrace& trace, int launches);
+
+}  // namespace pooler
