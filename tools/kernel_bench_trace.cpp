@@ -23,6 +23,24 @@ double us(const GemmTraceRecord& r, int m, unsigned long long origin) {
   return (static_cast<double>(r.ns[static_cast<std::size_t>(m)]) - static_cast<double>(origin)) / 1e3;
 }
 
+// The GEMM records of each launch in [0, launches).
+std::vector<std::vector<const GemmTraceRecord*>> by_launch(const std::vector<GemmTraceRecord>& records, int launches) {
+  std::vector<std::vector<const GemmTraceRecord*>> out(static_cast<std::size_t>(launches));
+  for (const GemmTraceRecord& r : records) out[static_cast<std::size_t>(r.launch)].push_back(&r);
+  return out;
+}
+
+// When a launch's PDL wait ended: its first CTA's mark.
+unsigned long long wait_ended(const std::vector<const GemmTraceRecord*>& launch, int index) {
+  unsigned long long t = 0;
+  for (const GemmTraceRecord* r : launch) {
+    const unsigned long long w = r->ns[GemmTrace::kWaited];
+    if (w != 0 && (t == 0 || w < t)) t = w;
+  }
+  if (t == 0) throw Error(fmt::format("trace: no GEMM CTA of launch {} recorded its PDL wait", index));
+  return t;
+}
+
 }  // namespace
 
 std::vector<GemmTraceRecord> trace_chain(const Stream& stream, const GemmTrace& trace, int launches,
@@ -39,21 +57,12 @@ std::vector<GemmTraceRecord> trace_chain(const Stream& stream, const GemmTrace& 
 
 std::string summarize_trace(const std::vector<GemmTraceRecord>& records, int launches) {
   if (launches < 4) throw InvalidArgument(fmt::format("a trace summary needs at least 4 launches, not {}", launches));
-  std::vector<std::vector<const GemmTraceRecord*>> by_launch(static_cast<std::size_t>(launches));
-  for (const GemmTraceRecord& r : records) by_launch[static_cast<std::size_t>(r.launch)].push_back(&r);
-  auto waited = [&](int launch) {  // when the launch's PDL wait ended (its first CTA)
-    unsigned long long t = 0;
-    for (const GemmTraceRecord* r : by_launch[static_cast<std::size_t>(launch)]) {
-      const unsigned long long w = r->ns[GemmTrace::kWaited];
-      if (w != 0 && (t == 0 || w < t)) t = w;
-    }
-    if (t == 0) throw Error(fmt::format("trace: no CTA of launch {} recorded its PDL wait", launch));
-    return t;
-  };
+  const std::vector<std::vector<const GemmTraceRecord*>> of_launch = by_launch(records, launches);
+  auto waited = [&](int launch) { return wait_ended(of_launch[static_cast<std::size_t>(launch)], launch); };
   std::vector<double> period, sms, doubled, x_med, x_last, first, loop_first, loop_med, loop_last, done_last,
       next_start;
   for (int i = 1; i + 1 < launches; ++i) {
-    const auto& ctas = by_launch[static_cast<std::size_t>(i)];
+    const auto& ctas = of_launch[static_cast<std::size_t>(i)];
     const unsigned long long origin = waited(i);
     std::map<int, int> per_sm;
     std::vector<double> x, f, loop, done;
@@ -78,7 +87,7 @@ std::string summarize_trace(const std::vector<GemmTraceRecord>& records, int lau
     loop_last.push_back(loop.back());
     done_last.push_back(done.empty() ? 0.0 : *std::max_element(done.begin(), done.end()));
     std::vector<double> starts;
-    for (const GemmTraceRecord* r : by_launch[static_cast<std::size_t>(i + 1)]) {
+    for (const GemmTraceRecord* r : of_launch[static_cast<std::size_t>(i + 1)]) {
       starts.push_back(us(*r, GemmTrace::kStart, origin));
     }
     next_start.push_back(median(starts));
@@ -115,19 +124,10 @@ void write_trace(const std::string& path, const std::vector<GemmTraceRecord>& re
 std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
                                   const std::vector<ConsumerTraceRecord>& consumer, int launches) {
   if (launches < 4) throw InvalidArgument(fmt::format("a trace summary needs at least 4 launches, not {}", launches));
-  std::vector<std::vector<const GemmTraceRecord*>> gemm_of(static_cast<std::size_t>(launches));
+  const std::vector<std::vector<const GemmTraceRecord*>> gemm_of = by_launch(gemm, launches);
   std::vector<std::vector<const ConsumerTraceRecord*>> consumer_of(static_cast<std::size_t>(launches));
-  for (const GemmTraceRecord& r : gemm) gemm_of[static_cast<std::size_t>(r.launch)].push_back(&r);
   for (const ConsumerTraceRecord& r : consumer) consumer_of[static_cast<std::size_t>(r.launch)].push_back(&r);
-  auto waited = [&](int launch) {  // when the launch's PDL wait ended (its first CTA)
-    unsigned long long t = 0;
-    for (const GemmTraceRecord* r : gemm_of[static_cast<std::size_t>(launch)]) {
-      const unsigned long long w = r->ns[GemmTrace::kWaited];
-      if (w != 0 && (t == 0 || w < t)) t = w;
-    }
-    if (t == 0) throw Error(fmt::format("chain trace: no GEMM CTA of launch {} recorded its PDL wait", launch));
-    return t;
-  };
+  auto waited = [&](int launch) { return wait_ended(gemm_of[static_cast<std::size_t>(launch)], launch); };
   auto last = [](std::vector<double> v) { return v.empty() ? -1.0 : *std::max_element(v.begin(), v.end()); };
   std::map<std::string, std::vector<double>> columns;  // name -> one value per steady layer
   std::vector<std::string> order;
