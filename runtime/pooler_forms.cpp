@@ -1,16 +1,13 @@
 #include "runtime/pooler_forms.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <set>
 #include <string>
 
-#include <fmt/format.h>
-
-#include "pooler/error.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/gather/gathered_consumer.hpp"
+#include "runtime/jit/env.hpp"
 
 namespace pooler {
 namespace {
@@ -26,14 +23,8 @@ std::vector<NormConstants> distinct(const std::vector<NormConstants>& norms) {
 }  // namespace
 
 ConsumerTrigger consumer_trigger(const PoolerGemmShape& gemm) {
-  const char* env = std::getenv("POOLER_CONSUMER_TRIGGER");
-  const std::string mode = env != nullptr ? env : "";
-  if (mode == "before_wait") return ConsumerTrigger::before_wait;
-  if (mode == "after_wait") return ConsumerTrigger::after_wait;
-  if (!mode.empty()) {
-    throw InvalidArgument(
-        fmt::format("POOLER_CONSUMER_TRIGGER = \"{}\"; expected before_wait, after_wait or unset (the rule)", mode));
-  }
+  const std::string mode = env_choice("POOLER_CONSUMER_TRIGGER", {"before_wait", "after_wait"});
+  if (!mode.empty()) return mode == "before_wait" ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait;
   return gemm.w_on_chip ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait;
 }
 
@@ -61,13 +52,10 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
   if (config.mailbox) out.forms.push_back(publish_form(config.pooled, config.tp, config.capacity));
   const ConsumerVariant variant =
       config.one_round_trip_consumer ? ConsumerVariant::one_round_trip : ConsumerVariant::baseline;
-  bool any_before_wait = false;
   if (config.mailbox) {
-    for (const GemmPlan& plan : out.gemm_plans) {
-      out.consumer_triggers.push_back(consumer_trigger(plan.shape()));
-      any_before_wait = any_before_wait || out.consumer_triggers.back() == ConsumerTrigger::before_wait;
-    }
+    for (const GemmPlan& plan : out.gemm_plans) out.consumer_triggers.push_back(consumer_trigger(plan.shape()));
   }
+  const bool any_before_wait = out.any_before_wait();
   auto consumers = [&](const std::vector<NormConstants>& norms, auto make, ConsumerTrigger trigger) {
     const std::size_t first = out.forms.size();
     if (config.mailbox && (trigger == ConsumerTrigger::after_wait || any_before_wait)) {

@@ -3,6 +3,7 @@
 // an engine started after the build finds every cubin on disk.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <optional>
 #include <utility>
@@ -64,6 +65,10 @@ struct PoolerForms {
   // forms[first_nvfp4_before_wait + i]; the BF16 consumers likewise from first_edge and
   // first_edge_before_wait.
   std::vector<ConsumerTrigger> consumer_triggers;
+  bool any_before_wait() const {
+    return std::find(consumer_triggers.begin(), consumer_triggers.end(), ConsumerTrigger::before_wait) !=
+           consumer_triggers.end();
+  }
   std::size_t publish = 0, first_nvfp4 = 0, first_nvfp4_before_wait = 0, first_edge = 0, first_edge_before_wait = 0,
               first_stock_norm = 0, stock_quantize = 0;
   std::size_t first_gathered_nvfp4 = 0, first_gathered_edge = 0;  // when gathered: one per distinct norm each

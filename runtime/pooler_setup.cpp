@@ -3,7 +3,6 @@
 // kernels (pooler_impl.hpp).
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <map>
@@ -13,6 +12,7 @@
 
 #include "runtime/comm/nccl.hpp"
 #include "runtime/jit/driver.hpp"
+#include "runtime/jit/env.hpp"
 #include "runtime/jit/log.hpp"
 #include "runtime/jit/sha256.hpp"
 #include "runtime/pooler_impl.hpp"
@@ -27,23 +27,15 @@ namespace {
 // one_round_trip) overrides it, for comparisons without a code change (as
 // POOLER_GEMM_RING does for the GEMM's ring). Throws InvalidArgument for another value.
 bool one_round_trip_consumer(const PoolerOptions& options) {
-  const char* env = std::getenv("POOLER_CONSUMER");
-  const std::string mode = env ? env : "";
-  if (mode.empty()) return options.one_round_trip_consumer;
-  if (mode == "one_round_trip") return true;
-  if (mode == "baseline") return false;
-  throw InvalidArgument(fmt::format("POOLER_CONSUMER = \"{}\"; expected baseline, one_round_trip or unset", mode));
+  const std::string mode = env_choice("POOLER_CONSUMER", {"baseline", "one_round_trip"});
+  return mode.empty() ? options.one_round_trip_consumer : mode == "one_round_trip";
 }
 
 // PoolerOptions::one_launch, unless POOLER_ONE_LAUNCH (0 or 1) overrides it, for
 // comparisons without a code change. Throws InvalidArgument for another value.
 bool one_launch_of(const PoolerOptions& options) {
-  const char* env = std::getenv("POOLER_ONE_LAUNCH");
-  const std::string mode = env ? env : "";
-  if (mode.empty()) return options.one_launch;
-  if (mode == "1") return true;
-  if (mode == "0") return false;
-  throw InvalidArgument(fmt::format("POOLER_ONE_LAUNCH = \"{}\"; expected 0, 1 or unset", mode));
+  const std::string mode = env_choice("POOLER_ONE_LAUNCH", {"0", "1"});
+  return mode.empty() ? options.one_launch : mode == "1";
 }
 
 }  // namespace
@@ -244,11 +236,9 @@ void Pooler::Impl::load_mailbox() {
   for (std::size_t i = 0; i < plan.batches.size(); ++i) {
     trigger_by_rows[static_cast<std::size_t>(plan.batches[i])] = plan.consumer_triggers[i];
   }
-  const bool any_before_wait = std::find(plan.consumer_triggers.begin(), plan.consumer_triggers.end(),
-                                         ConsumerTrigger::before_wait) != plan.consumer_triggers.end();
   for (ConsumerTrigger trigger : {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait}) {
     const bool before = trigger == ConsumerTrigger::before_wait;
-    if (before && !any_before_wait) break;
+    if (before && !plan.any_before_wait()) break;
     for (std::size_t i = 0; i < plan.nvfp4_norms.size(); ++i) {
       const std::size_t form = (before ? plan.first_nvfp4_before_wait : plan.first_nvfp4) + i;
       nvfp4_consumers.emplace(std::make_pair(trigger, norm_key(plan.nvfp4_norms[i])),

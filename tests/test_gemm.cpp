@@ -547,6 +547,24 @@ TEST(GemmShapeRule, OnChipCanBeForcedOnOrOff) {
   testing::expect_refused([] { choose_gemm_shape(512, kHidden, 8); }, "POOLER_GEMM_ON_CHIP = \"always\"");
 }
 
+TEST(PoolerForms, ConsumerTriggerCanBeForced) {
+  struct Restore {
+    ~Restore() { unsetenv("POOLER_CONSUMER_TRIGGER"); }
+  } restore;
+  const PoolerGemmShape on_chip = choose_gemm_shape(1024, kHidden, 1);
+  const PoolerGemmShape streaming = choose_gemm_shape(1024, kHidden, 8);
+  ASSERT_TRUE(on_chip.w_on_chip);
+  EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::before_wait);
+  EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::after_wait);
+  setenv("POOLER_CONSUMER_TRIGGER", "after_wait", 1);
+  EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::after_wait);
+  setenv("POOLER_CONSUMER_TRIGGER", "before_wait", 1);
+  EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::before_wait);
+  setenv("POOLER_CONSUMER_TRIGGER", "early", 1);
+  testing::expect_mentions(testing::rejection([&] { consumer_trigger(streaming); }),
+                           {"POOLER_CONSUMER_TRIGGER = \"early\"", "before_wait, after_wait or unset"});
+}
+
 TEST(GemmShapeRule, OnChipShapesKeepTheRegisterSumsOrFitTwoPerSm) {
   for (int n : {512, 1024}) {
     for (int rows = 1; rows <= kMaxGemmRows; ++rows) {

@@ -5,12 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <optional>
 
 #include "pooler/error.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/jit/device.hpp"
+#include "runtime/jit/env.hpp"
 
 namespace pooler {
 
@@ -91,14 +91,7 @@ long long shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s, bool
 constexpr long long kTwoCtasSharedBytes = 113 * 1024;
 
 // "on", "off" or "" (the rule) from the environment variable `name`.
-std::string override_mode(const char* name) {
-  const char* env = std::getenv(name);
-  const std::string mode = env ? env : "";
-  if (!mode.empty() && mode != "on" && mode != "off") {
-    throw InvalidArgument(fmt::format("{} = \"{}\"; expected on, off or unset (the rule)", name, mode));
-  }
-  return mode;
-}
+std::string override_mode(const char* name) { return env_choice(name, {"on", "off"}); }
 
 // The ring for a register shape, in place, where it pays
 // (docs/decisions/0003-shared-memory-ring.md): N >= 2048 with at most 8 rows.
