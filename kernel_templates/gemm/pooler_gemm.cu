@@ -99,16 +99,40 @@ __device__ __forceinline__ void load_x_fragments(U32x4 (&xf)[kBatchTiles], const
   }
 }
 
-// acc[b] += one 16-row tile of w (lo: row g, hi: row g + 8, K 8q .. 8q+7) times each batch tile.
-__device__ __forceinline__ void mma_tile(float (&acc)[kBatchTiles][4], const U32x4& lo, const U32x4& hi,
+// acc[b] += one 16-row tile of w (lo: row g, hi: row g + 8, K 8q .. 8q+7) times each batch tile;
+// the step's two MMAs go to two accumulators, so a warp has two dependent MMA chains, not one.
+// why: docs/design/gemm.md, "Two accumulator chains".
+__device__ __forceinline__ void mma_tile(float (&acc)[kBatchTiles][2][4], const U32x4& lo, const U32x4& hi,
                                          const U32x4 (&xf)[kBatchTiles]) {
 #pragma unroll
   for (int b = 0; b < kBatchTiles; ++b) {
     // K 8q+0..3 as slots {2q, 2q+1, 2q+8, 2q+9}, then K 8q+4..7.
     // why: docs/design/gemm.md, "Tensor cores with w as the wide side".
-    pooler::mma_bf16_m16n8k16(acc[b], lo.x, hi.x, lo.y, hi.y, xf[b].x, xf[b].y);
-    pooler::mma_bf16_m16n8k16(acc[b], lo.z, hi.z, lo.w, hi.w, xf[b].z, xf[b].w);
+    pooler::mma_bf16_m16n8k16(acc[b][0], lo.x, hi.x, lo.y, hi.y, xf[b].x, xf[b].y);
+    pooler::mma_bf16_m16n8k16(acc[b][1], lo.z, hi.z, lo.w, hi.w, xf[b].z, xf[b].w);
   }
+}
+
+// The kPartials partials of one output (stride apart in shared memory) in a fixed order: trees of
+// eight consecutive partials, the trees added in order. why: docs/design/gemm.md, "Split-K over a cluster".
+__device__ __forceinline__ float sum_partials(const float* slot, int stride) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int first = 0; first < kPartials; first += 8) {
+    const int count = kPartials - first < 8 ? kPartials - first : 8;  // a constant once unrolled
+    float v[8];
+#pragma unroll
+    for (int p = 0; p < 8; ++p) v[p] = p < count ? slot[(first + p) * stride] : 0.0f;
+#pragma unroll
+    for (int width = 1; width < 8; width *= 2) {
+#pragma unroll
+      for (int p = 0; p + width < 8; p += 2 * width) {
+        if (p + width < count) v[p] += v[p + width];
+      }
+    }
+    sum = first == 0 ? v[0] : sum + v[0];
+  }
+  return sum;
 }
 
 // One warp's ring: chunk c to stage c % STAGES, one commit group per chunk. Exactly one group
@@ -258,13 +282,13 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
   // Batch tile b, step j: x_lane + b * 8 * kXPitch + 64 j.
   const unsigned char* x_lane = smem + g * kXPitch + 2 * warp_k0 + 16 * q;
 
-  float acc[TILES][kBatchTiles][4];
+  float acc[TILES][kBatchTiles][2][4];
 #pragma unroll
   for (int t = 0; t < TILES; ++t) {
 #pragma unroll
     for (int b = 0; b < kBatchTiles; ++b) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[t][b][e] = 0.0f;
+      for (int e = 0; e < 4; ++e) acc[t][b][0][e] = acc[t][b][1][e] = 0.0f;
     }
   }
 
@@ -343,6 +367,16 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
     x_step += 64 * K_UNROLL;
     if (iteration == 0) trace.mark(4);  // prologue's w used
   }
+  // The two chains' sum: this warp's partial.
+  float partial_sum[TILES][kBatchTiles][4];
+#pragma unroll
+  for (int t = 0; t < TILES; ++t) {
+#pragma unroll
+    for (int b = 0; b < kBatchTiles; ++b) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) partial_sum[t][b][e] = acc[t][b][0][e] + acc[t][b][1][e];
+    }
+  }
   trace.mark(5);
 
   if constexpr (!kAllOfWInPrologue) pdl_launch_dependents();
@@ -371,12 +405,12 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
             float* slot = reduce + (partial * 8 * kBatchTiles + r) * kOwnedPitch + owned;
             if constexpr (ASYNC_REDUCE) {
               pooler::st_async_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)),
-                                   acc[t][b][2 * half + e], pooler::map_to_rank(barrier, static_cast<u32>(owner)));
+                                   partial_sum[t][b][2 * half + e], pooler::map_to_rank(barrier, static_cast<u32>(owner)));
             } else if constexpr (SPLIT_K > 1) {
               pooler::st_shared_cluster_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)),
-                                            acc[t][b][2 * half + e]);
+                                            partial_sum[t][b][2 * half + e]);
             } else {
-              *slot = acc[t][b][2 * half + e];
+              *slot = partial_sum[t][b][2 * half + e];
             }
           }
         }
@@ -400,10 +434,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
     for (int o = static_cast<int>(thread_x); o < ROWS * kOwned; o += kThreads) {
       const int r = o / kOwned;
       const int owned = o % kOwned;
-      const float* slot = reduce + r * kOwnedPitch + owned;
-      float sum = slot[0];
-#pragma unroll 8
-      for (int p = 1; p < kPartials; ++p) sum += slot[p * 8 * kBatchTiles * kOwnedPitch];
+      const float sum = sum_partials(reduce + r * kOwnedPitch + owned, 8 * kBatchTiles * kOwnedPitch);
       c[static_cast<unsigned long long>(r) * N + first_column + owned] = pooler::bf16_from_float_hw(sum);
     }
     trace.mark(6);
@@ -427,11 +458,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
       const int owned = o % kOwned;
       u32 value = 0u;
       if (active) {
-        const float* slot = reduce + r * kOwnedPitch + owned;
-        float sum = slot[0];
-#pragma unroll 8
-        for (int p = 1; p < kPartials; ++p) sum += slot[p * 8 * kBatchTiles * kOwnedPitch];
-        value = pooler::bf16_from_float_hw(sum);
+        value = pooler::bf16_from_float_hw(sum_partials(reduce + r * kOwnedPitch + owned, 8 * kBatchTiles * kOwnedPitch));
       }
       // Word k: columns 2k (low half) and 2k + 1 (high half), the order of memory.
       const u32 pair = value | (__shfl_down_sync(kAllLanes, value, 1) << 16);
