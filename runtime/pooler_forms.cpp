@@ -22,10 +22,12 @@ std::vector<NormConstants> distinct(const std::vector<NormConstants>& norms) {
 
 }  // namespace
 
-ConsumerTrigger consumer_trigger(const PoolerGemmShape& gemm) {
+ConsumerTrigger consumer_trigger(const GemmPlan& gemm) {
   const std::string mode = env_choice("POOLER_CONSUMER_TRIGGER", {"before_wait", "after_wait"});
   if (!mode.empty()) return mode == "before_wait" ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait;
-  return gemm.w_on_chip ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait;
+  const bool early = gemm.shape().w_on_chip ||
+                     (gemm.prologue_holds_all_of_w() && (gemm.rows() == 1 || gemm.rows() >= 16));
+  return early ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait;
 }
 
 PoolerForms pooler_forms(const PoolerConfig& config) {
@@ -53,7 +55,7 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
   const ConsumerVariant variant =
       config.one_round_trip_consumer ? ConsumerVariant::one_round_trip : ConsumerVariant::baseline;
   if (config.mailbox) {
-    for (const GemmPlan& plan : out.gemm_plans) out.consumer_triggers.push_back(consumer_trigger(plan.shape()));
+    for (const GemmPlan& plan : out.gemm_plans) out.consumer_triggers.push_back(consumer_trigger(plan));
   }
   const bool any_before_wait = out.any_before_wait();
   auto consumers = [&](const std::vector<NormConstants>& norms, auto make, ConsumerTrigger trigger) {

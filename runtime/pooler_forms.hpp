@@ -84,11 +84,12 @@ struct PoolerForms {
 PoolerForms pooler_forms(const PoolerConfig& config);
 
 // When the mailbox consumers of a batch let the next launch (the next layer's GEMM, of the
-// same shape) start: before their PDL wait where that GEMM copies its whole w on chip, so
-// that its copies overlap this layer's GEMM; after it elsewhere, where an early start takes
-// bandwidth from the running GEMM (docs/decisions/0016-consumer-trigger-before-wait.md).
+// same plan) start: before their PDL wait where that GEMM copies its whole w on chip, or
+// where its prologue loads all of w into registers (N = 512) at b = 1 or b >= 16, so that its
+// loads overlap this layer's GEMM; after it elsewhere, where an early start takes bandwidth
+// from the running GEMM (docs/decisions/0016-consumer-trigger-before-wait.md, 0018).
 // POOLER_CONSUMER_TRIGGER=before_wait or after_wait overrides the rule at every b (for
 // comparisons and tests: both give the same bits); any other value is InvalidArgument.
-ConsumerTrigger consumer_trigger(const PoolerGemmShape& gemm);
+ConsumerTrigger consumer_trigger(const GemmPlan& gemm);
 
 }  // namespace pooler

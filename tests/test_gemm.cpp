@@ -547,13 +547,34 @@ TEST(GemmShapeRule, OnChipCanBeForcedOnOrOff) {
   testing::expect_refused([] { choose_gemm_shape(512, kHidden, 8); }, "POOLER_GEMM_ON_CHIP = \"always\"");
 }
 
+TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitAtTp8WidthsWithOneOrManyRows) {
+  // At N = 512 every CTA's w is loaded into registers in the prologue, at every b: the rule
+  // lets the next launch start before the consumers' wait at b = 1 and b >= 16 only.
+  for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
+    const GemmPlan plan = choose_gemm_plan(512, kHidden, rows);
+    ASSERT_TRUE(plan.prologue_holds_all_of_w()) << "rows " << rows;
+    ASSERT_FALSE(plan.shape().w_on_chip) << "rows " << rows;
+    EXPECT_EQ(consumer_trigger(plan),
+              rows == 1 || rows >= 16 ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait)
+        << "rows " << rows;
+  }
+  // Streaming w through the main loop (N = 1024 from b = 2, N = 2048, 4096): after the wait.
+  for (int n : {1024, 2048, 4096}) {
+    for (int rows : {2, 8, 16, 32}) {
+      const GemmPlan plan = choose_gemm_plan(n, kHidden, rows);
+      EXPECT_FALSE(plan.prologue_holds_all_of_w()) << "N " << n << ", rows " << rows;
+      EXPECT_EQ(consumer_trigger(plan), ConsumerTrigger::after_wait) << "N " << n << ", rows " << rows;
+    }
+  }
+}
+
 TEST(PoolerForms, ConsumerTriggerCanBeForced) {
   struct Restore {
     ~Restore() { unsetenv("POOLER_CONSUMER_TRIGGER"); }
   } restore;
-  const PoolerGemmShape on_chip = choose_gemm_shape(1024, kHidden, 1);
-  const PoolerGemmShape streaming = choose_gemm_shape(1024, kHidden, 8);
-  ASSERT_TRUE(on_chip.w_on_chip);
+  const GemmPlan on_chip = choose_gemm_plan(1024, kHidden, 1);
+  const GemmPlan streaming = choose_gemm_plan(1024, kHidden, 8);
+  ASSERT_TRUE(on_chip.shape().w_on_chip);
   EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::before_wait);
   EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::after_wait);
   setenv("POOLER_CONSUMER_TRIGGER", "after_wait", 1);

@@ -213,7 +213,7 @@ std::vector<Form> chain_forms(const ChainOptions& o) {
         const PoolerGemmShape rule = choose_gemm_shape(n, kHidden, b);
         forms.push_back(pooler_gemm_form(b, n, kHidden, rule, &publish, true));
         forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
-                                            consumer_trigger(rule), true));
+                                            consumer_trigger(GemmPlan(b, n, kHidden, rule)), true));
       }
     }
     forms.push_back(publish_form(kPooled, tp, kCapacity));
@@ -344,7 +344,7 @@ class ChainRig {
     const PoolerGemmShape& shape = path.shape;
     row.shape = describe(shape);
     // The consumers trigger as the Pooler's do before this GEMM shape.
-    trigger_ = consumer_trigger(shape) == ConsumerTrigger::before_wait ? 1 : 0;
+    trigger_ = consumer_trigger(GemmPlan(b, n_, kHidden, shape)) == ConsumerTrigger::before_wait ? 1 : 0;
     row.trigger_before_wait = trigger_ == 1;
     const GemmPublish publish{tp_, kCapacity};
     const PoolerGemm plain(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape), gpu_.arch).entry, gpu_.context, b,
@@ -427,7 +427,8 @@ class ChainRig {
     const PoolerGemm gemm(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape, &publish, true), gpu_.arch).entry,
                           gpu_.context, b, n_, kHidden, shape, &publish, true);
     const Form consumer_form = nvfp4_consumer_form(kPooled, tp_, kCapacity, kEps, kGainCenter,
-                                                   ConsumerVariant::one_round_trip, consumer_trigger(shape), true);
+                                                   ConsumerVariant::one_round_trip,
+                                                   consumer_trigger(GemmPlan(b, n_, kHidden, shape)), true);
     const LoadedForm loaded(*gpu_.cache.get(consumer_form, gpu_.arch).entry, gpu_.context);
     const Nvfp4ConsumerLauncher consumer(loaded, layout_, 0, state_.binding(mailbox_.get()), kTimeoutNs);
     const GemmTrace gemm_trace = gemm.trace();

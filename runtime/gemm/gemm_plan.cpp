@@ -323,6 +323,8 @@ GemmPlan::GemmPlan(int rows, int n, int k, const PoolerGemmShape& shape, const G
   shared_bytes_ = validated_shared_bytes(rows, n, k, shape, publish);
 }
 
+bool GemmPlan::prologue_holds_all_of_w() const { return all_of_w_in_prologue(rows_, k_, shape_); }
+
 GemmPlan GemmPlan::publishing(const GemmPublish& publish) const {
   validate_publish(rows_, n_, k_, shape_, publish);
   GemmPlan plan = *this;

@@ -65,6 +65,10 @@ class GemmPlan {
   int shared_bytes() const { return shared_bytes_; }
   // As pooler_gemm_launch_shape.
   LaunchShape launch_shape() const;
+  // Whether the prologue issues every load of w a CTA makes (w on chip, one
+  // unrolled round of registers, or a ring that holds the warp's whole K
+  // range): the next launch may then start at once.
+  bool prologue_holds_all_of_w() const;
   // As pooler_gemm_form; a consuming plan's form has the entry point
   // "pooler_gemm_consume" and the name suffix "_nvfp4_eps{eps}_gc{gain}" (or
   // "_bf16_..."), and no trace form (InvalidArgument).
