@@ -432,7 +432,7 @@ class ChainRig {
     const LoadedForm loaded(*gpu_.cache.get(consumer_form, gpu_.arch).entry, gpu_.context);
     const Nvfp4ConsumerLauncher consumer(loaded, layout_, 0, state_.binding(mailbox_.get()), kTimeoutNs);
     const GemmTrace gemm_trace = gemm.trace();
-    const ConsumerTrace consumer_trace = pooler::consumer_trace(loaded, kCapacity * consumer_row_ctas(loaded));
+    const ConsumerTrace consumer_trace = pooler::consumer_trace(loaded, kCapacity);
     constexpr int kLaunches = kConsumerTraceLaunches;
     static_assert(kLaunches <= kGemmTraceLaunches, "both trace forms record every launch");
     const harness::Graph graph(s, "the traced chain's graph", [&] {

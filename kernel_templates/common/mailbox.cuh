@@ -85,18 +85,16 @@ POOLER_DEVICE MailboxCall mailbox_begin(const MailboxStateBlock* state) {
   return call;
 }
 
-// The sentinel back into this thread's 16 columns of the previous call's rows first_row,
-// first_row + row_stride, ... (a consumer: its row, and the rows of this call).
-// why: docs/design/protocol.md, "Three stages and clearing".
+// The sentinel back into this thread's 16 columns of the previous call's rows (CTA i: rows i,
+// i + gridDim.x, ...). why: docs/design/protocol.md, "Three stages and clearing".
 template <int kTp, int kCapacity, int kWidth>
-POOLER_DEVICE void mailbox_clear_previous(u16* mailbox, const MailboxCall& call, u32 column, u32 first_row,
-                                          u32 row_stride) {
+POOLER_DEVICE void mailbox_clear_previous(u16* mailbox, const MailboxCall& call, u32 column) {
   const u32 stage = (call.stage + 2u) % kMailboxStages;
   const u32 slot = column / kWidth;
   const u32 within = column % kWidth;
   const u32 sentinel[4] = {kMailboxSentinelPair, kMailboxSentinelPair, kMailboxSentinelPair, kMailboxSentinelPair};
   const u32 rows = call.rows_to_clear < static_cast<u32>(kCapacity) ? call.rows_to_clear : static_cast<u32>(kCapacity);
-  for (u32 row = first_row; row < rows; row += row_stride) {
+  for (u32 row = blockIdx.x; row < rows; row += gridDim.x) {
     u16* p = mailbox + mailbox_row_offset<kTp, kCapacity, kWidth>(stage, slot, row) + within;
     st_global_v4(p, sentinel);
     st_global_v4(p + 8, sentinel);
@@ -106,14 +104,14 @@ POOLER_DEVICE void mailbox_clear_previous(u16* mailbox, const MailboxCall& call,
 // Once per failure (the CAS on the device state); plain stores, since atomics on mapped host
 // memory are not reliable across PCIe (why: docs/design/protocol.md, "Timeouts").
 POOLER_DEVICE void mailbox_report_timeout(MailboxStateBlock* state, TimeoutRecord* record, int rank, int missing_peer,
-                                          int layer, u32 stage, u32 row, unsigned long long elapsed_ns) {
+                                          int layer, u32 stage, unsigned long long elapsed_ns) {
   if (atom_cas_relaxed_gpu_u32(&state->failed, 0u, 1u) != 0u) return;
   volatile TimeoutRecord* r = record;
   r->rank = rank;
   r->missing_peer = missing_peer;
   r->layer = layer;
   r->stage = static_cast<int>(stage);
-  r->row = static_cast<int>(row);
+  r->row = static_cast<int>(blockIdx.x);
   r->elapsed_ns = elapsed_ns;
   fence_acq_rel_sys();
   r->flag = 1u;
@@ -146,7 +144,7 @@ POOLER_DEVICE bool mailbox_poll16(const u16* mailbox, MailboxStateBlock* state, 
       if (!pending) break;
       const unsigned long long elapsed = global_timer_ns() - start;
       if (elapsed > timeout_ns) {
-        mailbox_report_timeout(state, record, rank, static_cast<int>(slot), layer, call.stage, row, elapsed);
+        mailbox_report_timeout(state, record, rank, static_cast<int>(slot), layer, call.stage, elapsed);
         ok = false;
         break;
       }
@@ -240,17 +238,16 @@ POOLER_DEVICE void mailbox_arrive_after_read(MailboxStateBlock* state) {
   if (threadIdx.x == 0 && blockIdx.x != 0) red_add_release_gpu_u32(&state->arrived, 1u);
 }
 
-// After the outputs are stored: clear what was read and what a baseline call left (`rows`: this
-// call's); CTA 0 then advances the stage once every other CTA has arrived.
+// After the outputs are stored: clear what was read and what a baseline call left; CTA 0 then
+// advances the stage once every other CTA has arrived.
 template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, const MailboxSnapshot& snapshot, u32 row,
-                                    u32 column, u32 rows) {
+                                    u32 column) {
   const u32 sentinel[4] = {kMailboxSentinelPair, kMailboxSentinelPair, kMailboxSentinelPair, kMailboxSentinelPair};
   u16* p = mailbox + mailbox_row_offset<kTp, kCapacity, kWidth>(snapshot.stage, column / kWidth, row) + column % kWidth;
   st_global_v4(p, sentinel);
   st_global_v4(p + 8, sentinel);
-  mailbox_clear_previous<kTp, kCapacity, kWidth>(mailbox, MailboxCall{snapshot.stage, snapshot.rows_to_clear}, column,
-                                                 row, rows);
+  mailbox_clear_previous<kTp, kCapacity, kWidth>(mailbox, MailboxCall{snapshot.stage, snapshot.rows_to_clear}, column);
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
   // Ends: the grid is co-resident and every CTA arrives, even after a timeout.
   // why: docs/design/protocol.md, "The one-round-trip consumer".

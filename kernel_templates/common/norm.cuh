@@ -1,5 +1,5 @@
-// pre_expert_norm (docs/design/numerics.md): one row per POOLED / 16 threads, thread t owning
-// columns [16 t, 16 t + 16): one CTA, or (the fused consumers) a cluster of ROW_CTAS CTAs. The stock norm and the
+// pre_expert_norm (docs/design/numerics.md): one row per CTA of POOLED / 16
+// threads, thread t owning columns [16 t, 16 t + 16). The stock norm and the
 // fused consumers call these same functions, and every rounding step is an
 // explicit PTX instruction, so no compiler choice can make them differ. The sum
 // of squares has a fixed order: per thread in column order (fma.rn), a warp
@@ -8,7 +8,6 @@
 #pragma once
 
 #include "numerics.cuh"
-#include "ptx.cuh"
 
 #if defined(__CUDACC__)
 
@@ -63,34 +62,19 @@ POOLER_DEVICE float sum_squares16(const u32 (&x)[8]) {
   return acc;
 }
 
-// Steps 2 and 3: the row's total, the same bits in every thread. The row's kRowThreads threads
-// are kRowCtas CTAs (consecutive blockIdx.x, one cluster) of kRowThreads / kRowCtas; `partials`
-// is shared memory of kRowThreads / 32 floats at the same address in each, which the caller must
-// not reuse before a later barrier. With kRowCtas > 1 the caller arrived (relaxed) at the
-// cluster barrier before, so every CTA of the cluster has started when its partials arrive.
-template <int kRowThreads, int kRowCtas = 1>
-POOLER_DEVICE float row_sum(float v, float* partials) {
-  constexpr int kCtaWarps = kRowThreads / kRowCtas / 32;
-  static_assert(kRowThreads % (32 * kRowCtas) == 0, "whole warps in every CTA");
+// Steps 2 and 3: the CTA's total, the same bits in every thread. kCtaThreads is the CTA
+// size (a multiple of 32); `partials` is shared memory of kCtaThreads / 32 floats, which the
+// caller must not reuse before a later barrier.
+template <int kCtaThreads>
+POOLER_DEVICE float cta_sum(float v, float* partials) {
+  static_assert(kCtaThreads % 32 == 0, "whole warps");
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v = add_rn(v, shfl_bfly(v, offset));
-  if constexpr (kRowCtas == 1) {
-    if ((threadIdx.x & 31u) == 0u) partials[threadIdx.x >> 5] = v;
-    __syncthreads();
-  } else {
-    // Each warp's result into every CTA of the row, at the warp's place in the row.
-    cluster_wait_acquire();
-    if ((threadIdx.x & 31u) == 0u) {
-      const u32 local = shared_address(partials + (blockIdx.x % kRowCtas) * kCtaWarps + (threadIdx.x >> 5));
-#pragma unroll
-      for (int rank = 0; rank < kRowCtas; ++rank) st_shared_cluster_f32(map_to_rank(local, rank), v);
-    }
-    cluster_arrive_release();
-    cluster_wait_acquire();
-  }
+  if ((threadIdx.x & 31u) == 0u) partials[threadIdx.x >> 5] = v;
+  __syncthreads();
   float total = partials[0];
 #pragma unroll
-  for (int w = 1; w < kRowThreads / 32; ++w) total = add_rn(total, partials[w]);
+  for (int w = 1; w < kCtaThreads / 32; ++w) total = add_rn(total, partials[w]);
   return total;
 }
 
@@ -117,14 +101,13 @@ struct NoNormMarks {
   POOLER_DEVICE void normed(const u32 (&)[8]) const {}
 };
 
-// The whole norm of one row for this thread's 16 columns, with POOLED_WIDTH / 16 threads in
-// kRowCtas CTAs (row_sum).
-template <int POOLED_WIDTH, int kRowCtas = 1, class Marks = NoNormMarks>
+// The whole norm of one row for this thread's 16 columns, with POOLED_WIDTH / 16 threads.
+template <int POOLED_WIDTH, class Marks = NoNormMarks>
 POOLER_DEVICE void rms_norm_row16(const u32 (&x)[8], const u32 (&weight)[8], float eps, float gain_center, u32 (&y)[8],
                                   const Marks& marks = Marks()) {
   constexpr int kThreads = POOLED_WIDTH / 16;
   __shared__ float partials[kThreads / 32];
-  const float total = row_sum<kThreads, kRowCtas>(sum_squares16(x), partials);
+  const float total = cta_sum<kThreads>(sum_squares16(x), partials);
   marks.summed(total);
   norm16(x, weight, rms_inverse<POOLED_WIDTH>(total, eps), gain_center, y);
   marks.normed(y);

@@ -2,11 +2,9 @@
 // their pre_expert_norm (bit for bit the stock path but for -0.0: numerics.md; protocol.md).
 // Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, ONE_ROUND_TRIP (0: baseline),
 // TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait), TRACE
-// (1: consumer_trace.cuh records when each CTA passes each step), ROW_CTAS (CTAs per row, a
-// cluster; more than 1 with ONE_ROUND_TRIP only).
-// Launch: grid (b * ROW_CTAS), block (POOLED / 16 / ROW_CTAS), clusters of ROW_CTAS; CTA c takes row c / ROW_CTAS, and
-// thread t of the row's POOLED / 16 owns columns [16 t, 16 t + 16). Every rank must launch the same
-// grid. Outputs: rows, normed [b, POOLED] BF16; undefined after a timeout.
+// (1: consumer_trace.cuh records when each CTA passes each step).
+// Launch: grid (b), block (POOLED / 16); thread t owns columns [16 t, 16 t + 16). Every rank must
+// launch the same grid. Outputs: rows, normed [b, POOLED] BF16; undefined after a timeout.
 #include "mailbox.cuh"
 #include "norm.cuh"
 #include "consumer_trace.cuh"
@@ -20,22 +18,16 @@ static_assert(TP >= 1 && TP <= pooler::kMailboxMaxPeers, "at most kMailboxMaxPee
 static_assert(ONE_ROUND_TRIP == 0 || ONE_ROUND_TRIP == 1, "ONE_ROUND_TRIP is 0 or 1");
 static_assert(TRIGGER_BEFORE_WAIT == 0 || TRIGGER_BEFORE_WAIT == 1, "TRIGGER_BEFORE_WAIT is 0 or 1");
 static_assert(TRACE == 0 || TRACE == 1, "TRACE is 0 or 1");
-static_assert(ROW_CTAS == 1 || ROW_CTAS == 2 || ROW_CTAS == 4, "ROW_CTAS is 1, 2 or 4");
-static_assert(ROW_CTAS == 1 || ONE_ROUND_TRIP == 1, "a row over several CTAs needs the one-round-trip protocol");
-constexpr int kCtaThreads = POOLED / 16 / ROW_CTAS;
 
-extern "C" __global__ void __launch_bounds__(kCtaThreads)
+extern "C" __global__ void __launch_bounds__(POOLED / 16)
     pooler_consumer_bf16(pooler::u16* mailbox, pooler::MailboxStateBlock* state, pooler::TimeoutRecord* record,
                          const pooler::u16* weight, pooler::u16* rows, pooler::u16* normed, int rank, int layer,
                          unsigned long long timeout_ns) {
   using namespace pooler;
-  const u32 thread = blockIdx.x % ROW_CTAS * kCtaThreads + threadIdx.x;  // within the row
-  const u32 column = thread * 16u;
-  const u32 row = blockIdx.x / ROW_CTAS;
+  const u32 column = threadIdx.x * 16u;
+  const u32 row = blockIdx.x;
   consumer_trace::Trace trace;
   trace.start();
-  // Every CTA of the row's cluster has started before a peer writes its shared memory (row_sum).
-  if constexpr (ROW_CTAS > 1) cluster_arrive_relaxed();
   // A model parameter no kernel of a call writes: before the PDL wait.
   u32 w[8];
   ld_global_16xbf16(weight + column, w);
@@ -55,19 +47,19 @@ extern "C" __global__ void __launch_bounds__(kCtaThreads)
     mailbox_arrive_after_read(state);
     trace.mark(consumer_trace::kArrived);
     u32 y[8];
-    rms_norm_row16<POOLED, ROW_CTAS>(x, w, EPS, GAIN_CENTER, y, trace);
+    rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y, trace);
     st_global_16xbf16(rows + at, x);
     st_global_16xbf16(normed + at, y);
     trace.mark(consumer_trace::kStored);
-    mailbox_finish16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, row, column, gridDim.x / ROW_CTAS);
+    mailbox_finish16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, row, column);
   } else {
     const MailboxCall call = mailbox_begin(state);
-    mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column, row, gridDim.x);
+    mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column);
     mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
     trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
     st_global_16xbf16(rows + at, x);
     u32 y[8];
-    rms_norm_row16<POOLED, ROW_CTAS>(x, w, EPS, GAIN_CENTER, y, trace);
+    rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y, trace);
     st_global_16xbf16(normed + at, y);
     trace.mark(consumer_trace::kStored);
     mailbox_arrive(state, call);

@@ -1,6 +1,6 @@
 // consumer_trace.cuh: the mailbox consumers' per-CTA trace (TRACE = 1; empty otherwise). Thread 0
-// of CTA r (of CAPACITY * ROW_CTAS) records, for launch n < kLaunches, %globaltimer and %clock64 at
-// each mark into pooler_consumer_trace[n][r]: kMarks timer words, then (SM << 32) | r, then kMarks clock words.
+// of CTA r records, for launch n < kLaunches, %globaltimer and %clock64 at each mark into
+// pooler_consumer_trace[n][r]: kMarks timer words, then (SM << 32) | r, then kMarks clock words.
 // A mark takes the step's result as an input, so the compiler cannot move the step across it.
 #pragma once
 
@@ -13,9 +13,9 @@ constexpr int kLaunches = 16;
 constexpr int kWords = 2 * kMarks + 1;
 }  // namespace consumer_trace
 extern "C" {
-__device__ unsigned pooler_consumer_trace_launches[TRACE ? CAPACITY * ROW_CTAS : 1];
+__device__ unsigned pooler_consumer_trace_launches[TRACE ? CAPACITY : 1];
 __device__ unsigned long long
-    pooler_consumer_trace[TRACE ? consumer_trace::kLaunches * CAPACITY * ROW_CTAS * consumer_trace::kWords : 1];
+    pooler_consumer_trace[TRACE ? consumer_trace::kLaunches * CAPACITY * consumer_trace::kWords : 1];
 }
 
 namespace consumer_trace {
@@ -31,7 +31,7 @@ struct Trace {
       asm volatile("mov.u64 %0, %%clock64;" : "=l"(clock));
       const unsigned launch = atomicAdd(&pooler_consumer_trace_launches[blockIdx.x], 1u);
       if (launch >= kLaunches) return;
-      record = pooler_consumer_trace + (launch * CAPACITY * ROW_CTAS + blockIdx.x) * kWords;
+      record = pooler_consumer_trace + (launch * CAPACITY + blockIdx.x) * kWords;
       record[0] = now;
       record[kMarks] = (static_cast<unsigned long long>(pooler::sm_id()) << 32) | blockIdx.x;
       record[kMarks + 1] = clock;

@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "pooler/error.hpp"
-#include "runtime/jit/env.hpp"
 
 namespace pooler {
 namespace {
@@ -58,31 +57,15 @@ ConsumerVariant consumer_variant(const LoadedForm& form, const char* kind, const
   return ConsumerVariant::baseline;  // checked_kernel then names what was expected
 }
 
-LaunchShape row_shape(int pooled, int b, bool pdl, int row_ctas = 1) {
+LaunchShape row_shape(int pooled, int b, bool pdl) {
   LaunchShape shape;
-  shape.grid_x = static_cast<unsigned>(b * row_ctas);
-  shape.block_x = static_cast<unsigned>(pooled / 16 / row_ctas);
-  shape.cluster_x = static_cast<unsigned>(row_ctas);
+  shape.grid_x = static_cast<unsigned>(b);
+  shape.block_x = static_cast<unsigned>(pooled / 16);
   shape.pdl = pdl;
   return shape;
 }
 
 }  // namespace
-
-int consumer_row_ctas() {
-  const std::string mode = env_choice("POOLER_CONSUMER_ROW_CTAS", {"1", "2", "4"});
-  return mode.empty() ? 1 : std::stoi(mode);
-}
-
-int consumer_row_ctas(const LoadedForm& form) {
-  const std::string& name = form.form();
-  for (int c : {2, 4}) {
-    const std::string token = fmt::format("_r{}", c);
-    const std::size_t at = name.find(token);
-    if (at != std::string::npos && (at + token.size() == name.size() || name[at + token.size()] == '_')) return c;
-  }
-  return 1;
-}
 
 const char* to_string(ConsumerVariant variant) {
   return variant == ConsumerVariant::one_round_trip ? "one round trip" : "baseline";
@@ -121,18 +104,15 @@ Form consumer_form(const char* caller, const char* kind, const char* file, const
                    bool trace) {
   check_norm_constants(caller, eps, gain_center);
   const bool before_wait = trigger == ConsumerTrigger::before_wait;
-  const int row_ctas = variant == ConsumerVariant::one_round_trip ? consumer_row_ctas() : 1;
   const std::string name = shape_name((std::string(kind) + variant_suffix(variant)).c_str(), pooled, tp, capacity) +
-                           fmt::format("_eps{}_gc{}", eps, gain_center) +
-                           (row_ctas > 1 ? fmt::format("_r{}", row_ctas) : std::string()) +
-                           (before_wait ? "_tbw" : "") + (trace ? "_trace" : "");
+                           fmt::format("_eps{}_gc{}", eps, gain_center) + (before_wait ? "_tbw" : "") +
+                           (trace ? "_trace" : "");
   return mailbox_form(caller, name, file, entry, pooled, tp, capacity)
       .set("EPS", eps)
       .set("GAIN_CENTER", gain_center)
       .set("ONE_ROUND_TRIP", variant == ConsumerVariant::one_round_trip ? 1 : 0)
       .set("TRIGGER_BEFORE_WAIT", before_wait ? 1 : 0)
-      .set("TRACE", trace ? 1 : 0)
-      .set("ROW_CTAS", row_ctas);
+      .set("TRACE", trace ? 1 : 0);
 }
 
 }  // namespace
@@ -231,7 +211,6 @@ Nvfp4ConsumerLauncher::Nvfp4ConsumerLauncher(const LoadedForm& form, const Mailb
                              shape_name((std::string("pooler_consumer_nvfp4") + variant_suffix(variant_)).c_str(),
                                         layout.pooled, layout.tp, layout.capacity),
                              kNvfp4ConsumerEntry)),
-      row_ctas_(consumer_row_ctas(form)),
       layout_(layout),
       rank_(rank),
       mailbox_(mailbox),
@@ -243,8 +222,8 @@ Nvfp4ConsumerLauncher::Nvfp4ConsumerLauncher(const LoadedForm& form, const Mailb
 void Nvfp4ConsumerLauncher::launch(CUstream stream, CUdeviceptr weight, CUdeviceptr global_scale, CUdeviceptr packed,
                                    CUdeviceptr scales, int b, int layer, bool pdl) const {
   check_rows("Nvfp4ConsumerLauncher::launch", b, layout_.capacity);
-  kernel_(stream, row_shape(layout_.pooled, b, pdl, row_ctas_), mailbox_.mailbox, mailbox_.state, mailbox_.record,
-          weight, global_scale, packed, scales, rank_, layer, timeout_ns_);
+  kernel_(stream, row_shape(layout_.pooled, b, pdl), mailbox_.mailbox, mailbox_.state, mailbox_.record, weight,
+          global_scale, packed, scales, rank_, layer, timeout_ns_);
 }
 
 Bf16ConsumerLauncher::Bf16ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank,
@@ -254,7 +233,6 @@ Bf16ConsumerLauncher::Bf16ConsumerLauncher(const LoadedForm& form, const Mailbox
                              shape_name((std::string("pooler_consumer_bf16") + variant_suffix(variant_)).c_str(),
                                         layout.pooled, layout.tp, layout.capacity),
                              kBf16ConsumerEntry)),
-      row_ctas_(consumer_row_ctas(form)),
       layout_(layout),
       rank_(rank),
       mailbox_(mailbox),
@@ -266,8 +244,8 @@ Bf16ConsumerLauncher::Bf16ConsumerLauncher(const LoadedForm& form, const Mailbox
 void Bf16ConsumerLauncher::launch(CUstream stream, CUdeviceptr weight, CUdeviceptr rows, CUdeviceptr normed, int b,
                                   int layer, bool pdl) const {
   check_rows("Bf16ConsumerLauncher::launch", b, layout_.capacity);
-  kernel_(stream, row_shape(layout_.pooled, b, pdl, row_ctas_), mailbox_.mailbox, mailbox_.state, mailbox_.record,
-          weight, rows, normed, rank_, layer, timeout_ns_);
+  kernel_(stream, row_shape(layout_.pooled, b, pdl), mailbox_.mailbox, mailbox_.state, mailbox_.record, weight, rows,
+          normed, rank_, layer, timeout_ns_);
 }
 
 StockNormLauncher::StockNormLauncher(const LoadedForm& form, int pooled, int max_rows)

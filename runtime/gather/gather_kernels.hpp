@@ -39,12 +39,6 @@ inline constexpr int kPublishThreads = 128;
 enum class ConsumerVariant { baseline, one_round_trip };
 const char* to_string(ConsumerVariant variant);
 
-// CTAs per row of the one-round-trip consumers (a cluster; docs/decisions/0019): 1 unless
-// POOLER_CONSUMER_ROW_CTAS is 2 or 4 (InvalidArgument for other values). The baseline's is 1.
-int consumer_row_ctas();
-// A loaded consumer form's CTAs per row (its name's "_r2" or "_r4"; 1 without).
-int consumer_row_ctas(const LoadedForm& form);
-
 // ---- forms ------------------------------------------------------------------------
 // Each throws InvalidArgument naming the bad value and what was expected: P,
 // tp and capacity as the mailbox's rules (runtime/comm/mailbox.hpp), eps finite
@@ -106,7 +100,6 @@ class Nvfp4ConsumerLauncher {
  private:
   ConsumerVariant variant_;
   Kernel kernel_;
-  int row_ctas_;
   MailboxLayout layout_;
   int rank_;
   MailboxBinding mailbox_;
@@ -125,7 +118,6 @@ class Bf16ConsumerLauncher {
  private:
   ConsumerVariant variant_;
   Kernel kernel_;
-  int row_ctas_;
   MailboxLayout layout_;
   int rank_;
   MailboxBinding mailbox_;

@@ -21,18 +21,9 @@ int Kernel::attribute(CUfunction_attribute which) const {
 }
 
 void Kernel::launch(CUstream stream, const LaunchShape& shape, void** arguments) const {
-  CUlaunchAttribute attributes[2] = {};
-  unsigned count = 0;
-  if (shape.pdl) {
-    attributes[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attributes[count++].value.programmaticStreamSerializationAllowed = 1;
-  }
-  if (shape.cluster_x > 1) {
-    attributes[count].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attributes[count].value.clusterDim.x = shape.cluster_x;
-    attributes[count].value.clusterDim.y = 1;
-    attributes[count++].value.clusterDim.z = 1;
-  }
+  CUlaunchAttribute attributes[1] = {};
+  attributes[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attributes[0].value.programmaticStreamSerializationAllowed = 1;
   CUlaunchConfig config = {};
   config.gridDimX = shape.grid_x;
   config.gridDimY = shape.grid_y;
@@ -42,15 +33,15 @@ void Kernel::launch(CUstream stream, const LaunchShape& shape, void** arguments)
   config.blockDimZ = shape.block_z;
   config.sharedMemBytes = shape.shared_bytes;
   config.hStream = stream;
-  config.attrs = count > 0 ? attributes : nullptr;
-  config.numAttrs = count;
+  config.attrs = shape.pdl ? attributes : nullptr;
+  config.numAttrs = shape.pdl ? 1 : 0;
   const CUresult status = driver().cuLaunchKernelEx(&config, function_, arguments, nullptr);
   if (status != CUDA_SUCCESS) {
     // Formatting only on failure: the hot path allocates nothing.
     check(status, "cuLaunchKernelEx",
-          fmt::format("kernel {}, grid ({}, {}, {}), block ({}, {}, {}), cluster {}, {} shared bytes, PDL {}", name_,
-                      shape.grid_x, shape.grid_y, shape.grid_z, shape.block_x, shape.block_y, shape.block_z,
-                      shape.cluster_x, shape.shared_bytes, shape.pdl ? "on" : "off"));
+          fmt::format("kernel {}, grid ({}, {}, {}), block ({}, {}, {}), {} shared bytes, PDL {}", name_, shape.grid_x,
+                      shape.grid_y, shape.grid_z, shape.block_x, shape.block_y, shape.block_z, shape.shared_bytes,
+                      shape.pdl ? "on" : "off"));
   }
 }
 

@@ -23,7 +23,6 @@ struct LaunchShape {
   unsigned block_x = 1, block_y = 1, block_z = 1;
   unsigned shared_bytes = 0;  // dynamic shared memory
   bool pdl = false;           // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-  unsigned cluster_x = 1;     // > 1: CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION (cluster_x, 1, 1)
 };
 
 // One entry point of a loaded form.
