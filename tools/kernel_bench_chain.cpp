@@ -426,9 +426,9 @@ class ChainRig {
     const GemmPublish publish{tp_, kCapacity};
     const PoolerGemm gemm(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape, &publish, true), gpu_.arch).entry,
                           gpu_.context, b, n_, kHidden, shape, &publish, true);
-    const Form consumer_form = nvfp4_consumer_form(kPooled, tp_, kCapacity, kEps, kGainCenter,
-                                                   ConsumerVariant::one_round_trip,
-                                                   consumer_trigger(GemmPlan(b, n_, kHidden, shape)), true);
+    const Form consumer_form =
+        nvfp4_consumer_form(kPooled, tp_, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
+                            consumer_trigger(GemmPlan(b, n_, kHidden, shape)), true);
     const LoadedForm loaded(*gpu_.cache.get(consumer_form, gpu_.arch).entry, gpu_.context);
     const Nvfp4ConsumerLauncher consumer(loaded, layout_, 0, state_.binding(mailbox_.get()), kTimeoutNs);
     const GemmTrace gemm_trace = gemm.trace();

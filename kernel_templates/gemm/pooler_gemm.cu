@@ -405,7 +405,8 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
             float* slot = reduce + (partial * 8 * kBatchTiles + r) * kOwnedPitch + owned;
             if constexpr (ASYNC_REDUCE) {
               pooler::st_async_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)),
-                                   partial_sum[t][b][2 * half + e], pooler::map_to_rank(barrier, static_cast<u32>(owner)));
+                                   partial_sum[t][b][2 * half + e],
+                                   pooler::map_to_rank(barrier, static_cast<u32>(owner)));
             } else if constexpr (SPLIT_K > 1) {
               pooler::st_shared_cluster_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)),
                                             partial_sum[t][b][2 * half + e]);
@@ -458,7 +459,8 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
       const int owned = o % kOwned;
       u32 value = 0u;
       if (active) {
-        value = pooler::bf16_from_float_hw(sum_partials(reduce + r * kOwnedPitch + owned, 8 * kBatchTiles * kOwnedPitch));
+        value =
+            pooler::bf16_from_float_hw(sum_partials(reduce + r * kOwnedPitch + owned, 8 * kBatchTiles * kOwnedPitch));
       }
       // Word k: columns 2k (low half) and 2k + 1 (high half), the order of memory.
       const u32 pair = value | (__shfl_down_sync(kAllLanes, value, 1) << 16);
