@@ -11,6 +11,8 @@
 #include "runtime/jit/form.hpp"
 #include "runtime/jit/sample_form.hpp"
 #include "runtime/jit/template_library.hpp"
+#include "runtime/jit/trace_records.hpp"
+#include "support/refusal.hpp"
 
 namespace pooler {
 namespace {
@@ -129,3 +131,19 @@ TEST(TemplateLibrary, RegistrationRefusesHeadersConflictsAndLateNewcomers) {
 
 }  // namespace
 }  // namespace pooler
+
+TEST(TraceRecords, LaunchCountsOutsideTheFormsAreRefusedBeforeAnyCopy) {
+  // A trace form records 1 to max_launches launches; other counts are refused with the count and
+  // the range, before the driver is asked for anything (this test has no device memory).
+  const pooler::LoadedForm::Global records{};
+  bool visited = false;
+  for (int launches : {0, -1, 17}) {
+    pooler::testing::expect_mentions(pooler::testing::rejection([&] {
+                                       pooler::visit_trace_records(
+                                           records, launches, 16, 4, 3, "a test trace",
+                                           [&](int, const unsigned long long*) { visited = true; });
+                                     }),
+                                     {"reading a test trace", "launches = " + std::to_string(launches), "1 to 16"});
+  }
+  EXPECT_FALSE(visited);
+}
