@@ -219,6 +219,7 @@ void Pooler::Impl::load_mailbox() {
   const CUcontext ctx = context->get();
   const MailboxBinding binding = state->binding(mailbox->local());
   const auto timeout_ns = static_cast<unsigned long long>(o.spin_timeout.count());
+  const RowSplit split = row_split_from_env();  // the rule unless POOLER_CONSUMER_ROW_CTAS is set
   auto load = [&](std::size_t index) -> const LoadedForm& {
     loaded.push_back(std::make_unique<LoadedForm>(*lookups[index].entry, ctx));
     return *loaded.back();
@@ -242,12 +243,12 @@ void Pooler::Impl::load_mailbox() {
     for (std::size_t i = 0; i < plan.nvfp4_norms.size(); ++i) {
       const std::size_t form = (before ? plan.first_nvfp4_before_wait : plan.first_nvfp4) + i;
       nvfp4_consumers.emplace(std::make_pair(trigger, norm_key(plan.nvfp4_norms[i])),
-                              Nvfp4ConsumerLauncher(load(form), layout, rank, binding, timeout_ns));
+                              Nvfp4ConsumerLauncher(load(form), layout, rank, binding, timeout_ns, split));
     }
     for (std::size_t i = 0; i < plan.edge_norms.size(); ++i) {
       const std::size_t form = (before ? plan.first_edge_before_wait : plan.first_edge) + i;
       bf16_consumers.emplace(std::make_pair(trigger, norm_key(plan.edge_norms[i])),
-                             Bf16ConsumerLauncher(load(form), layout, rank, binding, timeout_ns));
+                             Bf16ConsumerLauncher(load(form), layout, rank, binding, timeout_ns, split));
     }
     const auto t = static_cast<std::size_t>(trigger);
     for (const PoolerLayer& layer : o.layers) {

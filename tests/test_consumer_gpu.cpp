@@ -170,15 +170,19 @@ struct Suite : testing::LoopbackSuite {
 // The fixture; declared here, for the rig takes its forms from the suite.
 class ConsumerGpu : public testing::LoopbackTest<Suite> {};
 
-// One rig's tp, consumer variant and trigger; every test runs each of its tps with both
-// variants, and the one-round-trip consumer with both triggers.
+// One rig's tp, consumer variant, trigger and CTAs per row; every test runs each of its tps with
+// both variants, and the one-round-trip consumer with both triggers, CTAs per row by the rule (8 at
+// b = 1, 4 at b = 2, 2 at b = 3 and 4, then 1); then one CTA per row with both variants, 2 and 8 with
+// one each.
 struct RigSetup {
   int tp = 0;
   ConsumerVariant variant = ConsumerVariant::baseline;
   ConsumerTrigger trigger = ConsumerTrigger::after_wait;
+  int row_ctas = 0;  // RowSplit::ctas: 0 for the rule
   std::string label() const {
     return std::string(", consumer ") + to_string(variant) +
-           (trigger == ConsumerTrigger::before_wait ? ", trigger before wait" : "");
+           (trigger == ConsumerTrigger::before_wait ? ", trigger before wait" : "") +
+           (row_ctas == 0 ? std::string() : ", " + std::to_string(row_ctas) + " CTAs per row");
   }
   // Its forms in TpForms' consumer arrays.
   std::size_t form() const {
@@ -192,6 +196,14 @@ std::vector<RigSetup> all_setups(std::vector<int> tps = std::vector<int>(kTps.be
     for (int tp : tps) out.push_back(RigSetup{tp, v, ConsumerTrigger::after_wait});
   }
   for (int tp : tps) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::before_wait});
+  for (ConsumerVariant v : kVariants) {
+    for (int tp : tps) out.push_back(RigSetup{tp, v, ConsumerTrigger::after_wait, 1});
+  }
+  for (int tp : tps) {
+    if (tp == 1 || tp == 8)
+      out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::after_wait, 2});
+    if (tp == 2 || tp == 4) out.push_back(RigSetup{tp, ConsumerVariant::baseline, ConsumerTrigger::after_wait, 8});
+  }
   return out;
 }
 
@@ -224,7 +236,7 @@ class Rig {
         pdl_(pdl),
         loopback_(*ConsumerGpu::suite().by_tp.at(tp_).publish, *ConsumerGpu::suite().by_tp.at(tp_).nvfp4[setup.form()],
                   *ConsumerGpu::suite().by_tp.at(tp_).bf16[setup.form()], MailboxLayout::make(kPooled, tp_, kCapacity),
-                  stream_.get(), timeout_ns, kConsumerRank),
+                  stream_.get(), timeout_ns, kConsumerRank, RowSplit{setup.row_ctas}),
         shards_(sz(tp_) * sz(kCapacity) * sz(loopback_.layout().width()) * 2),
         gathered_(sz(kCapacity) * sz(kPooled) * 2),
         weight_(sz(kPooled) * 2),
@@ -248,6 +260,12 @@ class Rig {
 
   int tp() const { return tp_; }
   ConsumerVariant variant() const { return variant_; }
+  // Whether a call of b rows clears what it read at once (a one-round-trip consumer with one CTA
+  // per row), or leaves its rows for the next call to clear.
+  bool clears_at_once(int b) const {
+    EXPECT_EQ(loopback_.nvfp4().row_ctas(b), loopback_.bf16().row_ctas(b));
+    return variant_ == ConsumerVariant::one_round_trip && loopback_.nvfp4().row_ctas(b) == 1;
+  }
   int width() const { return layout().width(); }
   bool pdl() const { return pdl_; }
   int calls() const { return calls_; }
@@ -590,8 +608,7 @@ void expect_mailbox_holds_only(Rig& rig, const CallInputs& in, int stage, const 
       for (int row = 0; row < layout.capacity; ++row) {
         const std::size_t base = layout.row_offset(s, slot, row);
         for (std::size_t c = 0; c < w; ++c) {
-          // The one-round-trip consumer clears what it read at once.
-          const bool kept = s == stage && row < in.b && rig.variant() == ConsumerVariant::baseline;
+          const bool kept = s == stage && row < in.b && !rig.clears_at_once(in.b);
           const std::uint16_t expected = kept ? positive_zero(in.shards[sz(slot)][sz(row) * w + c]) : kMailboxSentinel;
           if (contents[base + c] != expected) {
             m.note("stage " + std::to_string(s) + " slot " + std::to_string(slot) + " row " + std::to_string(row) +
@@ -609,9 +626,8 @@ void expect_mailbox_holds_only(Rig& rig, const CallInputs& in, int stage, const 
 void expect_state(Rig& rig, int stage_used, int b, int calls, const std::string& context) {
   const MailboxStateBlock state = rig.state().read(rig.stream());
   EXPECT_EQ(state.stage, static_cast<unsigned>((stage_used + 1) % kMailboxStages)) << context;
-  // Rows left for the next call to clear: none after a one-round-trip call.
-  EXPECT_EQ(state.rows[stage_used], rig.variant() == ConsumerVariant::baseline ? static_cast<unsigned>(b) : 0u)
-      << context;
+  // Rows left for the next call to clear: none after a call that cleared what it read.
+  EXPECT_EQ(state.rows[stage_used], rig.clears_at_once(b) ? 0u : static_cast<unsigned>(b)) << context;
   EXPECT_EQ(state.arrived, 0u) << context;
   EXPECT_EQ(state.failed, 0u) << context;
   EXPECT_EQ(state.calls, static_cast<unsigned>(calls)) << context;
@@ -869,7 +885,9 @@ TEST_P(ConsumerGpu, ChangingBatchOverManyCalls) {
 }
 
 // (f): rank tp - 1 never publishes. The consumer must give up after its 20 ms deadline,
-// leave the record, and end; after a reset the same mailbox works again.
+// leave the record, and end; after a reset the same mailbox works again. At tp 1 that rank is the
+// consumer's own: a one-round-trip consumer then finds no hand-over of the stage and gives up at
+// once (nothing can publish its own slot later).
 TEST_P(ConsumerGpu, MissingPeerTimesOutWithARecord) {
   for (const RigSetup& setup : all_setups()) {
     const int tp = setup.tp;
@@ -899,10 +917,15 @@ TEST_P(ConsumerGpu, MissingPeerTimesOutWithARecord) {
         EXPECT_EQ(record.stage, 1) << where;
         EXPECT_GE(record.row, 0) << where;
         EXPECT_LT(record.row, b) << where;
-        EXPECT_GE(record.elapsed_ns, kTestTimeoutNs) << where;
-        EXPECT_LT(record.elapsed_ns, 5'000'000'000ull) << where;
-        // 19 ms: events and %globaltimer are different clocks.
-        EXPECT_GE(stop.elapsed_since(start), 19.0f) << where << ": returned before the deadline";
+        const bool own = tp == 1 && setup.variant == ConsumerVariant::one_round_trip;
+        if (own) {
+          EXPECT_EQ(record.elapsed_ns, 0ull) << where << ": the missing hand-over is found at once";
+        } else {
+          EXPECT_GE(record.elapsed_ns, kTestTimeoutNs) << where;
+          EXPECT_LT(record.elapsed_ns, 5'000'000'000ull) << where;
+          // 19 ms: events and %globaltimer are different clocks.
+          EXPECT_GE(stop.elapsed_since(start), 19.0f) << where << ": returned before the deadline";
+        }
         std::cout << "[ timeout ] " << where << ": " << rig.state().describe_timeout() << "\n";
         const MailboxStateBlock state = rig.state().read(rig.stream());
         EXPECT_EQ(state.failed, 1u) << where;
@@ -988,6 +1011,10 @@ TEST_P(ConsumerGpu, LaunchersRejectBadArguments) {
   expect_refused([&] { PublishLauncher(*s.by_tp.at(4).publish, tp4, 4, peers, state.state()); }, "rank = 4");
   expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4[0], tp4, -1, binding); }, "rank = -1");
   expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4[0], tp4, 0, MailboxBinding{}); }, "non-null");
+  expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4[0], tp4, 0, binding, kTestTimeoutNs, RowSplit{3}); },
+                 "ctas = 3; expected 0 (the rule), 1, 2, 4 or 8");
+  expect_refused([&] { Bf16ConsumerLauncher(*s.by_tp.at(4).bf16[0], tp4, 0, binding, kTestTimeoutNs, RowSplit{16}); },
+                 "ctas = 16");
   const MailboxPeers two = make_peers(std::vector<CUdeviceptr>(2, mailbox.get()));
   expect_refused([&] { PublishLauncher(*s.by_tp.at(4).publish, tp4, 0, two, state.state()); },
                  "rank 2's mailbox base is null");

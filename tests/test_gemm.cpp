@@ -586,6 +586,34 @@ TEST(PoolerForms, ConsumerTriggerCanBeForced) {
                            {"POOLER_CONSUMER_TRIGGER = \"early\"", "before_wait, after_wait or unset"});
 }
 
+TEST(PoolerForms, ConsumerRowsSpreadOverEightCtasAtMostAndOnlyForFewRows) {
+  // The rule: the most of 8, 4, 2 CTAs per row with b * CTAs <= 8, else one CTA per row.
+  for (int b = 1; b <= 32; ++b) {
+    const int expected = b == 1 ? 8 : b == 2 ? 4 : b <= 4 ? 2 : 1;
+    EXPECT_EQ(consumer_row_ctas(RowSplit{}, b), expected) << "b " << b;
+    for (int forced : {1, 2, 4, 8}) EXPECT_EQ(consumer_row_ctas(RowSplit{forced}, b), forced) << "b " << b;
+  }
+  for (int bad : {-1, 3, 16}) {
+    testing::expect_mentions(testing::rejection([&] { consumer_row_ctas(RowSplit{bad}, 1); }),
+                             {"ctas = " + std::to_string(bad), "expected 0 (the rule), 1, 2, 4 or 8"});
+  }
+}
+
+TEST(PoolerForms, ConsumerRowSplitCanBeForced) {
+  struct Restore {
+    ~Restore() { unsetenv("POOLER_CONSUMER_ROW_CTAS"); }
+  } restore;
+  unsetenv("POOLER_CONSUMER_ROW_CTAS");
+  EXPECT_EQ(row_split_from_env(RowSplit{2}).ctas, 2) << "unset: the fallback";
+  setenv("POOLER_CONSUMER_ROW_CTAS", "auto", 1);
+  EXPECT_EQ(row_split_from_env().ctas, 0);
+  setenv("POOLER_CONSUMER_ROW_CTAS", "4", 1);
+  EXPECT_EQ(row_split_from_env().ctas, 4);
+  setenv("POOLER_CONSUMER_ROW_CTAS", "3", 1);
+  testing::expect_mentions(testing::rejection([&] { row_split_from_env(); }),
+                           {"POOLER_CONSUMER_ROW_CTAS = \"3\"", "auto, 1, 2, 4, 8 or unset"});
+}
+
 TEST(GemmShapeRule, OnChipShapesKeepTheRegisterSumsOrFitTwoPerSm) {
   for (int n : {512, 1024}) {
     for (int rows = 1; rows <= kMaxGemmRows; ++rows) {

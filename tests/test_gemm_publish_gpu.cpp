@@ -284,6 +284,11 @@ class Rig {
   CUstream stream() const { return stream_.get(); }
   int tp() const { return setup_.tp; }
   ConsumerVariant variant() const { return variant_; }
+  // Whether a call of b rows clears what it read at once (a one-round-trip consumer with one CTA
+  // per row), or leaves its rows for the next call to clear.
+  bool clears_at_once(int b) const {
+    return variant_ == ConsumerVariant::one_round_trip && fused_->consumer->row_ctas(b) == 1;
+  }
   int n() const { return setup_.n; }
   const MailboxLayout& layout() const { return layout_; }
 
@@ -464,8 +469,7 @@ long long expect_call_agrees(const Rig& rig, const CallResult& call, const std::
             equal.note(place() + ": fused " + hex(fused.mailbox[at], 4) + ", existing path " +
                        hex(plain.mailbox[at], 4));
           }
-          // The one-round-trip consumer clears what it read at once.
-          const bool published = s == call.stage && row < b && rig.variant() == ConsumerVariant::baseline;
+          const bool published = s == call.stage && row < b && !rig.clears_at_once(b);
           const std::uint16_t source = published ? plain.c[sz(slot)][sz(row) * sz(n) + sz(column)] : 0;
           const std::uint16_t want = published ? positive_zero(source) : kMailboxSentinel;
           if (fused.mailbox[at] != want) {
@@ -484,8 +488,7 @@ long long expect_call_agrees(const Rig& rig, const CallResult& call, const std::
   for (const auto& [name, state] : {std::pair<const char*, const MailboxStateBlock*>{"fused", &fused.state},
                                     std::pair<const char*, const MailboxStateBlock*>{"existing", &plain.state}}) {
     EXPECT_EQ(state->stage, static_cast<unsigned>((call.stage + 1) % kMailboxStages)) << where << ", " << name;
-    EXPECT_EQ(state->rows[call.stage], rig.variant() == ConsumerVariant::baseline ? static_cast<unsigned>(b) : 0u)
-        << where << ", " << name;
+    EXPECT_EQ(state->rows[call.stage], rig.clears_at_once(b) ? 0u : static_cast<unsigned>(b)) << where << ", " << name;
     EXPECT_EQ(state->arrived, 0u) << where << ", " << name;
     EXPECT_EQ(state->failed, 0u) << where << ", " << name;
     EXPECT_EQ(state->calls, static_cast<unsigned>(call.calls)) << where << ", " << name;

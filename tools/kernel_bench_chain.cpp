@@ -236,6 +236,7 @@ struct ChainRow {
   double floor = 0, fused[2] = {}, one_launch = 0, gemm = 0, publish = 0, publish_gather[2] = {}, stock = 0,
          stock_norm = 0;
   bool trigger_before_wait = false;  // the consumers' trigger (consumer_trigger of the shape)
+  int row_ctas = 1;                  // the NVFP4 consumers' CTAs per row
   std::string check;
   std::string one_launch_refused;  // why there is no one-launch figure (one_launch = -1)
   double gather(int v) const { return publish_gather[v] - publish; }
@@ -326,8 +327,8 @@ class ChainRig {
         const Form bf16 = bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v], kTriggers[t]);
         nvfp4_loaded_[v][t].emplace(*gpu.cache.get(nvfp4, gpu.arch).entry, gpu.context);
         bf16_loaded_[v][t].emplace(*gpu.cache.get(bf16, gpu.arch).entry, gpu.context);
-        nvfp4_[v][t].emplace(*nvfp4_loaded_[v][t], layout_, 0, binding, kTimeoutNs);
-        bf16_[v][t].emplace(*bf16_loaded_[v][t], layout_, 0, binding, kTimeoutNs);
+        nvfp4_[v][t].emplace(*nvfp4_loaded_[v][t], layout_, 0, binding, kTimeoutNs, row_split_from_env());
+        bf16_[v][t].emplace(*bf16_loaded_[v][t], layout_, 0, binding, kTimeoutNs, row_split_from_env());
       }
     }
     POOLER_CU(cuStreamSynchronize(gpu.stream), "setting up the chain");
@@ -346,6 +347,7 @@ class ChainRig {
     // The consumers trigger as the Pooler's do before this GEMM shape.
     trigger_ = consumer_trigger(GemmPlan(b, n_, kHidden, shape)) == ConsumerTrigger::before_wait ? 1 : 0;
     row.trigger_before_wait = trigger_ == 1;
+    row.row_ctas = nvfp4_[0][trigger_]->row_ctas(b);
     const GemmPublish publish{tp_, kCapacity};
     const PoolerGemm plain(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape), gpu_.arch).entry, gpu_.context, b,
                            n_, kHidden, shape);
@@ -430,7 +432,8 @@ class ChainRig {
         nvfp4_consumer_form(kPooled, tp_, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
                             consumer_trigger(GemmPlan(b, n_, kHidden, shape)), true);
     const LoadedForm loaded(*gpu_.cache.get(consumer_form, gpu_.arch).entry, gpu_.context);
-    const Nvfp4ConsumerLauncher consumer(loaded, layout_, 0, state_.binding(mailbox_.get()), kTimeoutNs);
+    const Nvfp4ConsumerLauncher consumer(loaded, layout_, 0, state_.binding(mailbox_.get()), kTimeoutNs,
+                                         row_split_from_env());
     const GemmTrace gemm_trace = gemm.trace();
     const ConsumerTrace consumer_trace = pooler::consumer_trace(loaded, kCapacity);
     constexpr int kLaunches = kConsumerTraceLaunches;
@@ -574,10 +577,12 @@ class ChainRig {
 void print_row(const ChainRow& r) {
   const double best = std::min({r.fused[0], r.fused[1], r.one_launch > 0 ? r.one_launch : r.fused[0]});
   const std::string path = r.path + (r.rule ? "*" : "");
-  std::printf("%3d %3d %5d %-10s %8.2f %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s%s]\n",
-              r.tp, r.b, r.n, path.c_str(), r.fused[0], r.fused[1], r.one_launch, r.floor, best / r.floor, r.gemm,
-              r.gather(0), r.gather(1), r.publish, r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str(),
-              r.trigger_before_wait ? "; consumers trigger before their wait" : "");
+  std::printf(
+      "%3d %3d %5d %-10s %8.2f %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s%s; "
+      "%d consumer CTAs per row]\n",
+      r.tp, r.b, r.n, path.c_str(), r.fused[0], r.fused[1], r.one_launch, r.floor, best / r.floor, r.gemm, r.gather(0),
+      r.gather(1), r.publish, r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str(),
+      r.trigger_before_wait ? "; consumers trigger before their wait" : "", r.row_ctas);
   if (!r.one_launch_refused.empty()) std::printf("    onelaunch -1: %s\n", r.one_launch_refused.c_str());
   std::fflush(stdout);
 }
@@ -598,10 +603,10 @@ void write_json(const std::string& path, const ChainOptions& o, const DeviceInfo
         "\"fused_1rt_us\": {:.3f}, \"one_launch_us\": {:.3f}, \"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, "
         "\"gather_us\": {:.3f}, "
         "\"gather_1rt_us\": {:.3f}, \"publish_us\": {:.3f}, \"stock_us\": {:.3f}, "
-        "\"stock_norm_us\": {:.3f}, \"consumer_trigger\": \"{}\", \"check\": \"{}\"}}{}\n",
+        "\"stock_norm_us\": {:.3f}, \"consumer_trigger\": \"{}\", \"row_ctas\": {}, \"check\": \"{}\"}}{}\n",
         r.tp, r.b, r.n, r.path, r.rule ? "true" : "false", r.shape, r.fused[0], r.fused[1], r.one_launch, r.floor,
         r.gemm, r.gather(0), r.gather(1), r.publish, r.stock, r.stock_norm,
-        r.trigger_before_wait ? "before_wait" : "after_wait", r.check, i + 1 < rows.size() ? "," : "");
+        r.trigger_before_wait ? "before_wait" : "after_wait", r.row_ctas, r.check, i + 1 < rows.size() ? "," : "");
   }
   out << " ]\n}\n";
 }

@@ -24,7 +24,7 @@ struct MailboxStateBlock {
   u32 arrived;               // consumer CTAs of the current call that are done
   u32 failed;                // sticky: a poll passed its deadline
   u32 calls;                 // completed consumer calls (diagnostics and tests)
-  u32 reserved;
+  u32 published;             // `stage` as this call's publisher read it (the one-round-trip consumer's stage)
 };
 
 // What the first poller to pass its deadline leaves in host-visible (mapped) memory, `flag` last.
@@ -70,6 +70,15 @@ POOLER_DEVICE unsigned long long mailbox_row_offset(u32 stage, u32 slot, u32 row
          static_cast<unsigned long long>(kWidth);
 }
 
+// ---- the publisher side --------------------------------------------------------------------
+
+// After the publisher's PDL wait, with the `stage` it read: hands the call's stage to the
+// one-round-trip consumer, which reads it instead of `stage`, the word its CTA 0 advances.
+// why: docs/design/protocol.md, "The one-round-trip consumer".
+POOLER_DEVICE void mailbox_hand_over_stage(const MailboxStateBlock* state, u32 stage) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) st_relaxed_gpu_u32(&const_cast<MailboxStateBlock*>(state)->published, stage);
+}
+
 // ---- the consumer side ------------------------------------------------------------------
 
 struct MailboxCall {
@@ -104,14 +113,14 @@ POOLER_DEVICE void mailbox_clear_previous(u16* mailbox, const MailboxCall& call,
 // Once per failure (the CAS on the device state); plain stores, since atomics on mapped host
 // memory are not reliable across PCIe (why: docs/design/protocol.md, "Timeouts").
 POOLER_DEVICE void mailbox_report_timeout(MailboxStateBlock* state, TimeoutRecord* record, int rank, int missing_peer,
-                                          int layer, u32 stage, unsigned long long elapsed_ns) {
+                                          int layer, u32 stage, u32 row, unsigned long long elapsed_ns) {
   if (atom_cas_relaxed_gpu_u32(&state->failed, 0u, 1u) != 0u) return;
   volatile TimeoutRecord* r = record;
   r->rank = rank;
   r->missing_peer = missing_peer;
   r->layer = layer;
   r->stage = static_cast<int>(stage);
-  r->row = static_cast<int>(blockIdx.x);
+  r->row = static_cast<int>(row);
   r->elapsed_ns = elapsed_ns;
   fence_acq_rel_sys();
   r->flag = 1u;
@@ -144,7 +153,7 @@ POOLER_DEVICE bool mailbox_poll16(const u16* mailbox, MailboxStateBlock* state, 
       if (!pending) break;
       const unsigned long long elapsed = global_timer_ns() - start;
       if (elapsed > timeout_ns) {
-        mailbox_report_timeout(state, record, rank, static_cast<int>(slot), layer, call.stage, elapsed);
+        mailbox_report_timeout(state, record, rank, static_cast<int>(slot), layer, call.stage, row, elapsed);
         ok = false;
         break;
       }
@@ -162,13 +171,14 @@ POOLER_DEVICE bool mailbox_poll16(const u16* mailbox, MailboxStateBlock* state, 
   return ok;
 }
 
-// The last CTA to arrive advances the stage. why: docs/design/protocol.md, "Memory ordering".
-POOLER_DEVICE void mailbox_arrive(MailboxStateBlock* state, const MailboxCall& call) {
+// The last CTA to arrive advances the stage and leaves the call's `rows` for the next call to
+// clear. why: docs/design/protocol.md, "Memory ordering".
+POOLER_DEVICE void mailbox_arrive(MailboxStateBlock* state, const MailboxCall& call, u32 rows) {
   __syncthreads();
   if (threadIdx.x == 0) {
     const u32 before = atom_add_acq_rel_gpu_u32(&state->arrived, 1u);
     if (before == gridDim.x - 1u) {
-      st_relaxed_gpu_u32(&state->rows[call.stage], gridDim.x);
+      st_relaxed_gpu_u32(&state->rows[call.stage], rows);
       st_relaxed_gpu_u32(&state->stage, (call.stage + 1u) % kMailboxStages);
       st_relaxed_gpu_u32(&state->calls, ld_relaxed_gpu_u32(&state->calls) + 1u);
       st_relaxed_gpu_u32(&state->arrived, 0u);
@@ -180,8 +190,8 @@ POOLER_DEVICE void mailbox_arrive(MailboxStateBlock* state, const MailboxCall& c
 // why: docs/design/protocol.md, "The one-round-trip consumer".
 
 struct MailboxSnapshot {
-  u32 stage;          // this call's stage
-  u32 rows_to_clear;  // rows a baseline call left in stage (stage + 2) % 3
+  u32 stage;          // this call's stage: `published`, as this call's publisher handed it over
+  u32 rows_to_clear;  // rows the previous call left in stage (stage + 2) % 3
   u32 calls;          // completed calls before this one
 };
 
@@ -207,23 +217,33 @@ POOLER_DEVICE bool has_sentinel16(const u32 (&x)[8]) {
 }
 
 // All three stages at once, the stage picked in registers; polls only where a peer has not
-// published yet. Right after pdl_wait(); false after a timeout (x undefined).
+// published yet. Right after pdl_wait(); false after a timeout (x undefined). The stage is the
+// publisher's hand-over, which no CTA of this grid writes, so the grid needs no arrival before CTA 0
+// advances `stage`. CTA 0 checks the hand-over against `stage`: they differ only when this rank did
+// not publish this call, which it reports at once as its own slot missing.
 template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE bool mailbox_read16(const u16* mailbox, MailboxStateBlock* state, TimeoutRecord* record, u32 row,
                                   u32 column, int rank, int layer, unsigned long long timeout_ns,
                                   MailboxSnapshot& snapshot, u32 (&x)[8]) {
-  u32 head[4], tail[4];  // {stage, rows[0..2]}, {arrived, failed, calls, reserved}
+  u32 head[4], tail[4];  // {stage, rows[0..2]}, {arrived, failed, calls, published}
   ld_relaxed_gpu_v4(&state->stage, head);
   ld_relaxed_gpu_v4(&state->arrived, tail);
   u32 x0[8], x1[8], x2[8];
   mailbox_load16<kTp, kCapacity, kWidth>(mailbox, 0u, row, column, x0);
   mailbox_load16<kTp, kCapacity, kWidth>(mailbox, 1u, row, column, x1);
   mailbox_load16<kTp, kCapacity, kWidth>(mailbox, 2u, row, column, x2);
-  const u32 stage = head[0];
+  // CTA 0 (the one that advances `stage`) checks the hand-over; on a mismatch it reports its own slot
+  // missing and goes on with `stage`, so that the call ends as a timed-out call does.
+  const bool handed_over = !(blockIdx.x == 0 && threadIdx.x == 0) || head[0] == tail[3];
+  const u32 stage = handed_over ? tail[3] : head[0];
   snapshot.stage = stage;
   // rows[(stage + 2) % 3], without indexing registers by a run-time value.
   snapshot.rows_to_clear = stage == 0u ? head[3] : stage == 1u ? head[1] : head[2];
   snapshot.calls = tail[2];
+  if (!handed_over) {
+    mailbox_report_timeout(state, record, rank, rank, layer, stage, row, 0ull);
+    return false;
+  }
 #pragma unroll
   for (int k = 0; k < 8; ++k) x[k] = stage == 0u ? x0[k] : stage == 1u ? x1[k] : x2[k];
   if (!has_sentinel16(x)) return true;
@@ -231,33 +251,37 @@ POOLER_DEVICE bool mailbox_read16(const u16* mailbox, MailboxStateBlock* state, 
   return mailbox_poll16<kTp, kCapacity, kWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
 }
 
-// CTAs other than 0, before any store, so that the release waits for nothing.
+// The one-launch form (its GEMM's CTAs read `stage` themselves, so CTA 0 waits for them): CTAs
+// other than 0, once every thread of the CTA has read (the barrier), with `stage`, the value
+// this CTA read from the state: the relaxed add takes an operand computed from it (1 for any stage
+// below 2^31), so it cannot be issued before that read has returned. No release: its fence would
+// wait for the SM's other memory traffic, the next GEMM's streaming w, for microseconds.
 // why: docs/design/protocol.md, "Memory ordering".
-POOLER_DEVICE void mailbox_arrive_after_read(MailboxStateBlock* state) {
+POOLER_DEVICE void mailbox_arrive_after_read(MailboxStateBlock* state, u32 stage) {
   __syncthreads();
-  if (threadIdx.x == 0 && blockIdx.x != 0) red_add_release_gpu_u32(&state->arrived, 1u);
+  if (threadIdx.x == 0 && blockIdx.x != 0) red_add_relaxed_gpu_u32(&state->arrived, 1u + (stage >> 31));
 }
 
-// After the outputs are stored: clear what was read and what a baseline call left; CTA 0 then
-// advances the stage once every other CTA has arrived.
+// After the outputs are stored: clear what was read and what the previous call left; CTA 0 then
+// advances the stage, waiting for no other CTA (none of them reads what it writes). With row_ctas > 1
+// CTAs per row a CTA cannot tell that its row's other readers are done, so the call's rows are left
+// for the next call to clear, as a baseline call leaves them (docs/design/protocol.md, "A row over
+// several CTAs").
 template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, const MailboxSnapshot& snapshot, u32 row,
-                                    u32 column) {
-  const u32 sentinel[4] = {kMailboxSentinelPair, kMailboxSentinelPair, kMailboxSentinelPair, kMailboxSentinelPair};
-  u16* p = mailbox + mailbox_row_offset<kTp, kCapacity, kWidth>(snapshot.stage, column / kWidth, row) + column % kWidth;
-  st_global_v4(p, sentinel);
-  st_global_v4(p + 8, sentinel);
+                                    u32 column, u32 row_ctas) {
+  if (row_ctas == 1u) {
+    const u32 sentinel[4] = {kMailboxSentinelPair, kMailboxSentinelPair, kMailboxSentinelPair, kMailboxSentinelPair};
+    u16* p =
+        mailbox + mailbox_row_offset<kTp, kCapacity, kWidth>(snapshot.stage, column / kWidth, row) + column % kWidth;
+    st_global_v4(p, sentinel);
+    st_global_v4(p + 8, sentinel);
+  }
   mailbox_clear_previous<kTp, kCapacity, kWidth>(mailbox, MailboxCall{snapshot.stage, snapshot.rows_to_clear}, column);
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  // Ends: the grid is co-resident and every CTA arrives, even after a timeout.
-  // why: docs/design/protocol.md, "The one-round-trip consumer".
-  if (gridDim.x > 1u) {
-    while (ld_acquire_gpu_u32(&state->arrived) != gridDim.x - 1u) {}
-  }
-  st_relaxed_gpu_u32(&state->rows[snapshot.stage], 0u);
+  st_relaxed_gpu_u32(&state->rows[snapshot.stage], row_ctas == 1u ? 0u : gridDim.x / row_ctas);
   st_relaxed_gpu_u32(&state->stage, (snapshot.stage + 1u) % kMailboxStages);
   st_relaxed_gpu_u32(&state->calls, snapshot.calls + 1u);
-  st_relaxed_gpu_u32(&state->arrived, 0u);
 }
 
 #endif  // __CUDACC__

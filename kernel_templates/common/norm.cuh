@@ -85,14 +85,21 @@ POOLER_DEVICE float rms_inverse(float total, float eps) {
   return rsqrt_approx(add_rn(var, eps));
 }
 
-// y for this thread's 16 columns: x and weight as BF16 words, y written likewise.
-POOLER_DEVICE void norm16(const u32 (&x)[8], const u32 (&weight)[8], float inv, float gain_center, u32 (&y)[8]) {
+// y for kWords words of columns (x and weight as BF16 words, y written likewise): 16 columns for a
+// thread that owns them, fewer for a slice of a row split over CTAs; the same steps per value.
+template <int kWords>
+POOLER_DEVICE void norm_words(const u32 (&x)[kWords], const u32 (&weight)[kWords], float inv, float gain_center,
+                              u32 (&y)[kWords]) {
 #pragma unroll
-  for (int k = 0; k < 8; ++k) {
+  for (int k = 0; k < kWords; ++k) {
     const float lo = mul_rn(mul_rn(bf16_low(x[k]), inv), add_rn(bf16_low(weight[k]), gain_center));
     const float hi = mul_rn(mul_rn(bf16_high(x[k]), inv), add_rn(bf16_high(weight[k]), gain_center));
     y[k] = bf16x2_rn(lo, hi);
   }
+}
+
+POOLER_DEVICE void norm16(const u32 (&x)[8], const u32 (&weight)[8], float inv, float gain_center, u32 (&y)[8]) {
+  norm_words<8>(x, weight, inv, gain_center, y);
 }
 
 // What a traced kernel records between the norm's steps (consumer_trace.cuh); nothing here.
@@ -101,15 +108,21 @@ struct NoNormMarks {
   POOLER_DEVICE void normed(const u32 (&)[8]) const {}
 };
 
-// The whole norm of one row for this thread's 16 columns, with POOLED_WIDTH / 16 threads.
+// 1 / rms of one row from this thread's 16 columns, with POOLED_WIDTH / 16 threads (a barrier).
 template <int POOLED_WIDTH, class Marks = NoNormMarks>
-POOLER_DEVICE void rms_norm_row16(const u32 (&x)[8], const u32 (&weight)[8], float eps, float gain_center, u32 (&y)[8],
-                                  const Marks& marks = Marks()) {
+POOLER_DEVICE float row_rms_inverse16(const u32 (&x)[8], float eps, const Marks& marks = Marks()) {
   constexpr int kThreads = POOLED_WIDTH / 16;
   __shared__ float partials[kThreads / 32];
   const float total = cta_sum<kThreads>(sum_squares16(x), partials);
   marks.summed(total);
-  norm16(x, weight, rms_inverse<POOLED_WIDTH>(total, eps), gain_center, y);
+  return rms_inverse<POOLED_WIDTH>(total, eps);
+}
+
+// The whole norm of one row for this thread's 16 columns, with POOLED_WIDTH / 16 threads.
+template <int POOLED_WIDTH, class Marks = NoNormMarks>
+POOLER_DEVICE void rms_norm_row16(const u32 (&x)[8], const u32 (&weight)[8], float eps, float gain_center, u32 (&y)[8],
+                                  const Marks& marks = Marks()) {
+  norm16(x, weight, row_rms_inverse16<POOLED_WIDTH>(x, eps, marks), gain_center, y);
   marks.normed(y);
 }
 

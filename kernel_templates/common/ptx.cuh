@@ -115,9 +115,10 @@ POOLER_DEVICE u32 ld_acquire_gpu_u32(const u32* address) {
   return v;
 }
 
-// An atomic add that returns nothing: the thread does not wait for it.
-POOLER_DEVICE void red_add_release_gpu_u32(u32* address, u32 value) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" : : "l"(address), "r"(value) : "memory");
+// An atomic add that returns nothing: the thread does not wait for it. Relaxed: a release's fence
+// would wait for the SM's outstanding memory traffic.
+POOLER_DEVICE void red_add_relaxed_gpu_u32(u32* address, u32 value) {
+  asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" : : "l"(address), "r"(value) : "memory");
 }
 
 POOLER_DEVICE u32 atom_add_acq_rel_gpu_u32(u32* address, u32 value) {

@@ -3,10 +3,12 @@
 // Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, ONE_ROUND_TRIP (0: baseline),
 // TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait), TRACE
 // (1: consumer_trace.cuh records when each CTA passes each step).
-// Launch: grid (b), block (POOLED / 16); thread t owns columns [16 t, 16 t + 16). Every rank must
-// launch the same grid. Outputs: rows, normed [b, POOLED] BF16; undefined after a timeout.
+// Launch: grid (b * row_ctas), block (POOLED / 16); CTA i reads row i / row_ctas, thread t columns
+// [16 t, 16 t + 16) of it (row_split.cuh). Every rank must launch the same grid. Outputs: rows,
+// normed [b, POOLED] BF16; undefined after a timeout.
 #include "mailbox.cuh"
 #include "norm.cuh"
+#include "row_split.cuh"
 #include "consumer_trace.cuh"
 #include "pdl.cuh"
 #include "vector_io.cuh"
@@ -19,50 +21,104 @@ static_assert(ONE_ROUND_TRIP == 0 || ONE_ROUND_TRIP == 1, "ONE_ROUND_TRIP is 0 o
 static_assert(TRIGGER_BEFORE_WAIT == 0 || TRIGGER_BEFORE_WAIT == 1, "TRIGGER_BEFORE_WAIT is 0 or 1");
 static_assert(TRACE == 0 || TRACE == 1, "TRACE is 0 or 1");
 
+namespace {
+
+using namespace pooler;
+
+// kWords words (2, 4 or 8 columns) at a 4 * kWords-byte aligned address.
+template <int kWords>
+__device__ __forceinline__ void st_global_words(u16* address, const u32 (&v)[kWords]) {
+  if constexpr (kWords == 4) {
+    st_global_v4(address, v);
+  } else if constexpr (kWords == 2) {
+    st_global_v2(address, v[0], v[1]);
+  } else {
+    *reinterpret_cast<u32*>(address) = v[0];
+  }
+}
+
+// A row over several CTAs: thread t norms and stores kWords words of its CTA's slice, read back
+// from the stashed row.
+template <int kWords>
+__device__ __forceinline__ void store_slice_of(const StashedRow<POOLED>& stash, const RowSplit& split,
+                                               const u32 (&w)[8], float inv, u16* rows_row, u16* normed_row,
+                                               const consumer_trace::Trace& trace) {
+  u32 x[kWords], ws[kWords], y[kWords];
+  stash.get<kWords>(split.first, x);
+#pragma unroll
+  for (int k = 0; k < kWords; ++k) ws[k] = w[k];
+  norm_words<kWords>(x, ws, inv, GAIN_CENTER, y);
+  trace.mark(consumer_trace::kNormed, y[0]);
+  st_global_words<kWords>(rows_row + split.first, x);
+  st_global_words<kWords>(normed_row + split.first, y);
+}
+
+}  // namespace
+
 extern "C" __global__ void __launch_bounds__(POOLED / 16)
     pooler_consumer_bf16(pooler::u16* mailbox, pooler::MailboxStateBlock* state, pooler::TimeoutRecord* record,
                          const pooler::u16* weight, pooler::u16* rows, pooler::u16* normed, int rank, int layer,
-                         unsigned long long timeout_ns) {
+                         unsigned long long timeout_ns, unsigned row_ctas) {
   using namespace pooler;
+  const RowSplit split = row_split<POOLED>(row_ctas);
   const u32 column = threadIdx.x * 16u;
-  const u32 row = blockIdx.x;
+  const u32 row = split.row;
   consumer_trace::Trace trace;
   trace.start();
   // A model parameter no kernel of a call writes: before the PDL wait.
   u32 w[8];
-  ld_global_16xbf16(weight + column, w);
+  if (split.ctas == 1u) {
+    ld_global_16xbf16(weight + column, w);
+  } else {
+    ld_slice_words(weight, split, w);
+  }
   // The next launch may start before the wait where its prologue holds its whole w on chip
   // (docs/decisions/0016-consumer-trigger-before-wait.md).
   if constexpr (TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
   pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
   if constexpr (!TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
   trace.mark(consumer_trace::kWaited);
-  const unsigned long long at = static_cast<unsigned long long>(row) * POOLED + column;
+  u16* rows_row = rows + static_cast<unsigned long long>(row) * POOLED;
+  u16* normed_row = normed + static_cast<unsigned long long>(row) * POOLED;
   u32 x[8];
+  MailboxSnapshot snapshot{0u, 0u, 0u};
+  MailboxCall call{0u, 0u};
   if constexpr (ONE_ROUND_TRIP) {
-    MailboxSnapshot snapshot;
     mailbox_read16<TP, CAPACITY, kShardWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns, snapshot,
                                               x);
     trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
-    mailbox_arrive_after_read(state);
-    trace.mark(consumer_trace::kArrived);
-    u32 y[8];
-    rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y, trace);
-    st_global_16xbf16(rows + at, x);
-    st_global_16xbf16(normed + at, y);
-    trace.mark(consumer_trace::kStored);
-    mailbox_finish16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, row, column);
+    trace.mark(consumer_trace::kArrived);  // nothing to do: no CTA waits for the others
   } else {
-    const MailboxCall call = mailbox_begin(state);
+    call = mailbox_begin(state);
     mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column);
     mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
     trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
-    st_global_16xbf16(rows + at, x);
+    // The baseline stores the gathered row before the norm's barrier.
+    if (split.ctas == 1u) st_global_16xbf16(rows_row + column, x);
+  }
+  if (split.ctas == 1u) {
     u32 y[8];
     rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y, trace);
-    st_global_16xbf16(normed + at, y);
-    trace.mark(consumer_trace::kStored);
-    mailbox_arrive(state, call);
+    if constexpr (ONE_ROUND_TRIP) st_global_16xbf16(rows_row + column, x);
+    st_global_16xbf16(normed_row + column, y);
+  } else {
+    __shared__ __align__(16) u32 stash_words[POOLED / 2];
+    const StashedRow<POOLED> stash{stash_words};
+    stash.put16(x);  // read back after row_rms_inverse16's barrier
+    const float inv = row_rms_inverse16<POOLED>(x, EPS, trace);
+    if (split.ctas == 2u) {
+      store_slice_of<4>(stash, split, w, inv, rows_row, normed_row, trace);
+    } else if (split.ctas == 4u) {
+      store_slice_of<2>(stash, split, w, inv, rows_row, normed_row, trace);
+    } else {
+      store_slice_of<1>(stash, split, w, inv, rows_row, normed_row, trace);
+    }
+  }
+  trace.mark(consumer_trace::kStored);
+  if constexpr (ONE_ROUND_TRIP) {
+    mailbox_finish16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, row, column, split.ctas);
+  } else {
+    mailbox_arrive(state, call, gridDim.x / split.ctas);
   }
   trace.mark(consumer_trace::kFinished);
 }

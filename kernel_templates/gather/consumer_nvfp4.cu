@@ -3,12 +3,13 @@
 // Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, ONE_ROUND_TRIP (0: baseline),
 // TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait), TRACE
 // (1: consumer_trace.cuh records when each CTA passes each step).
-// Launch: grid (b), block (POOLED / 16); thread t owns columns [16 t, 16 t + 16). Every rank must
-// launch the same grid. Outputs: packed [b, POOLED / 2], scales [b, POOLED / 16]; undefined after
-// a timeout.
+// Launch: grid (b * row_ctas), block (POOLED / 16); CTA i reads row i / row_ctas, thread t columns
+// [16 t, 16 t + 16) of it (row_split.cuh). Every rank must launch the same grid. Outputs: packed
+// [b, POOLED / 2], scales [b, POOLED / 16]; undefined after a timeout.
 #include "mailbox.cuh"
 #include "norm.cuh"
 #include "nvfp4.cuh"
+#include "row_split.cuh"
 #include "consumer_trace.cuh"
 #include "pdl.cuh"
 #include "vector_io.cuh"
@@ -21,18 +22,66 @@ static_assert(ONE_ROUND_TRIP == 0 || ONE_ROUND_TRIP == 1, "ONE_ROUND_TRIP is 0 o
 static_assert(TRIGGER_BEFORE_WAIT == 0 || TRIGGER_BEFORE_WAIT == 1, "TRIGGER_BEFORE_WAIT is 0 or 1");
 static_assert(TRACE == 0 || TRACE == 1, "TRACE is 0 or 1");
 
+namespace {
+
+using namespace pooler;
+
+// One CTA per row: thread t norms and quantizes its own 16 columns.
+__device__ __forceinline__ void quantize_own16(const u32 (&x)[8], const u32 (&w)[8], float gs, u8* packed, u8* scales,
+                                               const consumer_trace::Trace& trace) {
+  u32 y[8];
+  rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y, trace);
+  const Nvfp4Block16 q = quantize16(y, gs);
+  trace.mark(consumer_trace::kQuantized, q.packed[0] ^ q.packed[1] ^ q.scale);
+  st_global_v2(packed + threadIdx.x * 8u, q.packed[0], q.packed[1]);
+  st_global_u8(scales + threadIdx.x, q.scale);
+}
+
+// A row over several CTAs: thread t norms and quantizes kValues = 16 / row_ctas columns of its
+// CTA's slice, read back from the stashed row; kLanes = row_ctas lanes share one block.
+template <int kValues>
+__device__ __forceinline__ void quantize_slice_of(const StashedRow<POOLED>& stash, const RowSplit& split,
+                                                  const u32 (&w)[8], float inv, float gs, u8* packed, u8* scales,
+                                                  const consumer_trace::Trace& trace) {
+  constexpr int kWords = kValues / 2;
+  u32 x[kWords], ws[kWords], y[kWords];
+  stash.get<kWords>(split.first, x);
+#pragma unroll
+  for (int k = 0; k < kWords; ++k) ws[k] = w[k];
+  norm_words<kWords>(x, ws, inv, GAIN_CENTER, y);
+  trace.mark(consumer_trace::kNormed, y[0]);
+  const Nvfp4Slice<kValues> q = quantize_slice<kValues>(y, gs);
+  trace.mark(consumer_trace::kQuantized, q.packed[0] ^ q.scale);
+  u8* out = packed + split.first / 2u;
+  if constexpr (kValues == 8) {
+    *reinterpret_cast<u32*>(out) = q.packed[0];
+  } else if constexpr (kValues == 4) {
+    *reinterpret_cast<u16*>(out) = static_cast<u16>(q.packed[0]);
+  } else {
+    st_global_u8(out, q.packed[0]);
+  }
+  if (threadIdx.x % (16u / kValues) == 0u) st_global_u8(scales + split.first / 16u, q.scale);
+}
+
+}  // namespace
+
 extern "C" __global__ void __launch_bounds__(POOLED / 16)
     pooler_consumer_nvfp4(pooler::u16* mailbox, pooler::MailboxStateBlock* state, pooler::TimeoutRecord* record,
                           const pooler::u16* weight, const float* global_scale, pooler::u8* packed, pooler::u8* scales,
-                          int rank, int layer, unsigned long long timeout_ns) {
+                          int rank, int layer, unsigned long long timeout_ns, unsigned row_ctas) {
   using namespace pooler;
+  const RowSplit split = row_split<POOLED>(row_ctas);
   const u32 column = threadIdx.x * 16u;
-  const u32 row = blockIdx.x;
+  const u32 row = split.row;
   consumer_trace::Trace trace;
   trace.start();
   // Model parameters no kernel of a call writes: before the PDL wait.
   u32 w[8];
-  ld_global_16xbf16(weight + column, w);
+  if (split.ctas == 1u) {
+    ld_global_16xbf16(weight + column, w);
+  } else {
+    ld_slice_words(weight, split, w);
+  }
   const float gs = ld_global_f32(global_scale);
   // The next launch may start before the wait where its prologue holds its whole w on chip
   // (docs/decisions/0016-consumer-trigger-before-wait.md).
@@ -41,37 +90,42 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   if constexpr (!TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
   trace.mark(consumer_trace::kWaited);
   u32 x[8];
+  MailboxSnapshot snapshot{0u, 0u, 0u};
+  MailboxCall call{0u, 0u};
   if constexpr (ONE_ROUND_TRIP) {
-    MailboxSnapshot snapshot;
     mailbox_read16<TP, CAPACITY, kShardWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns, snapshot,
                                               x);
     trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
-    mailbox_arrive_after_read(state);
-    trace.mark(consumer_trace::kArrived);
-    u32 y[8];
-    rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y, trace);
-    const Nvfp4Block16 q = quantize16(y, gs);
-    trace.mark(consumer_trace::kQuantized, q.packed[0] ^ q.packed[1] ^ q.scale);
-    st_global_v2(packed + static_cast<unsigned long long>(row) * (POOLED / 2) + threadIdx.x * 8u, q.packed[0],
-                 q.packed[1]);
-    st_global_u8(scales + static_cast<unsigned long long>(row) * (POOLED / 16) + threadIdx.x, q.scale);
-    trace.mark(consumer_trace::kStored);
-    mailbox_finish16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, row, column);
+    trace.mark(consumer_trace::kArrived);  // nothing to do: no CTA waits for the others
   } else {
-    const MailboxCall call = mailbox_begin(state);
+    call = mailbox_begin(state);
     // Clearing the previous call's rows first overlaps it with the wait for the peers.
     mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column);
     mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
     trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
-    u32 y[8];
-    rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y, trace);
-    const Nvfp4Block16 q = quantize16(y, gs);
-    trace.mark(consumer_trace::kQuantized, q.packed[0] ^ q.packed[1] ^ q.scale);
-    st_global_v2(packed + static_cast<unsigned long long>(row) * (POOLED / 2) + threadIdx.x * 8u, q.packed[0],
-                 q.packed[1]);
-    st_global_u8(scales + static_cast<unsigned long long>(row) * (POOLED / 16) + threadIdx.x, q.scale);
-    trace.mark(consumer_trace::kStored);
-    mailbox_arrive(state, call);
+  }
+  u8* packed_row = packed + static_cast<unsigned long long>(row) * (POOLED / 2);
+  u8* scales_row = scales + static_cast<unsigned long long>(row) * (POOLED / 16);
+  if (split.ctas == 1u) {
+    quantize_own16(x, w, gs, packed_row, scales_row, trace);
+  } else {
+    __shared__ __align__(16) u32 stash_words[POOLED / 2];
+    const StashedRow<POOLED> stash{stash_words};
+    stash.put16(x);  // read back after row_rms_inverse16's barrier
+    const float inv = row_rms_inverse16<POOLED>(x, EPS, trace);
+    if (split.ctas == 2u) {
+      quantize_slice_of<8>(stash, split, w, inv, gs, packed_row, scales_row, trace);
+    } else if (split.ctas == 4u) {
+      quantize_slice_of<4>(stash, split, w, inv, gs, packed_row, scales_row, trace);
+    } else {
+      quantize_slice_of<2>(stash, split, w, inv, gs, packed_row, scales_row, trace);
+    }
+  }
+  trace.mark(consumer_trace::kStored);
+  if constexpr (ONE_ROUND_TRIP) {
+    mailbox_finish16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, row, column, split.ctas);
+  } else {
+    mailbox_arrive(state, call, gridDim.x / split.ctas);
   }
   trace.mark(consumer_trace::kFinished);
 }

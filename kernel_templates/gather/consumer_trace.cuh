@@ -1,21 +1,24 @@
 // consumer_trace.cuh: the mailbox consumers' per-CTA trace (TRACE = 1; empty otherwise). Thread 0
 // of CTA r records, for launch n < kLaunches, %globaltimer and %clock64 at each mark into
-// pooler_consumer_trace[n][r]: kMarks timer words, then (SM << 32) | r, then kMarks clock words.
-// A mark takes the step's result as an input, so the compiler cannot move the step across it.
+// pooler_consumer_trace[n][r] (kCtas CTAs: a row may span several): kMarks timer words, then
+// (SM << 32) | r, then kMarks clock words. A mark takes the step's result as an input, so the
+// compiler cannot move the step across it.
 #pragma once
 
 #include "ptx.cuh"
+#include "row_split.cuh"
 
 namespace consumer_trace {
 enum Mark { kStart, kWaited, kRead, kArrived, kSummed, kNormed, kQuantized, kStored, kFinished };
 constexpr int kMarks = 9;  // the BF16 consumer does not quantize: its kQuantized is left 0
 constexpr int kLaunches = 16;
+constexpr int kCtas = CAPACITY * pooler::kMaxRowCtas;  // the most CTAs of a launch
 constexpr int kWords = 2 * kMarks + 1;
 }  // namespace consumer_trace
 extern "C" {
-__device__ unsigned pooler_consumer_trace_launches[TRACE ? CAPACITY : 1];
+__device__ unsigned pooler_consumer_trace_launches[TRACE ? consumer_trace::kCtas : 1];
 __device__ unsigned long long
-    pooler_consumer_trace[TRACE ? consumer_trace::kLaunches * CAPACITY * consumer_trace::kWords : 1];
+    pooler_consumer_trace[TRACE ? consumer_trace::kLaunches * consumer_trace::kCtas * consumer_trace::kWords : 1];
 }
 
 namespace consumer_trace {
@@ -31,7 +34,7 @@ struct Trace {
       asm volatile("mov.u64 %0, %%clock64;" : "=l"(clock));
       const unsigned launch = atomicAdd(&pooler_consumer_trace_launches[blockIdx.x], 1u);
       if (launch >= kLaunches) return;
-      record = pooler_consumer_trace + (launch * CAPACITY + blockIdx.x) * kWords;
+      record = pooler_consumer_trace + (launch * kCtas + blockIdx.x) * kWords;
       record[0] = now;
       record[kMarks] = (static_cast<unsigned long long>(pooler::sm_id()) << 32) | blockIdx.x;
       record[kMarks + 1] = clock;

@@ -25,6 +25,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   const u32 row = vector / kVectorsPerRow;
   const u32 column = (vector % kVectorsPerRow) * 8u;
   const u32 stage = ld_relaxed_gpu_u32(&state->stage);
+  mailbox_hand_over_stage(state, stage);
   u32 v[4];
   ld_global_v4(shard + static_cast<unsigned long long>(row) * kShardWidth + column, v);
 #pragma unroll

@@ -48,11 +48,12 @@ __device__ __forceinline__ void load_parameters(const u16* weight, const float* 
   if constexpr (CONSUME == 1) scale = pooler::ld_global_f32(global_scale);
 }
 
-// In the GEMM's epilogue: the barrier orders every thread's load of `stage` before the release.
-__device__ __forceinline__ void arrive_without_row(pooler::MailboxStateBlock* state, unsigned t) {
+// In the GEMM's epilogue, as mailbox_arrive_after_read: after the barrier, an add whose operand
+// comes from `stage`, the value this CTA read.
+__device__ __forceinline__ void arrive_without_row(pooler::MailboxStateBlock* state, u32 stage, unsigned t) {
   if (blockIdx.x < ROWS) return;
   __syncthreads();
-  if (t == 0) pooler::red_add_release_gpu_u32(&state->arrived, 1u);
+  if (t == 0) pooler::red_add_relaxed_gpu_u32(&state->arrived, 1u + (stage >> 31));
 }
 
 // The row's sum of squares in norm.cuh's order. Its partials overwrite the staged x: call only
@@ -107,7 +108,7 @@ __device__ __forceinline__ void consume(u16* mailbox, pooler::MailboxStateBlock*
     }
   }
   // Before any store; its barrier also precedes row_sum_squares' use of the shared memory.
-  mailbox_arrive_after_read(state);
+  mailbox_arrive_after_read(state, stage);
 
   const float inv = rms_inverse<kPooled>(row_sum_squares(x, t), EPS);
 #pragma unroll

@@ -383,7 +383,10 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
 
   // After pdl_wait (the previous call advanced it); loaded here to hide behind the reduction.
   u32 stage = 0;
-  if constexpr (kPublish) stage = pooler::ld_relaxed_gpu_u32(&state->stage);
+  if constexpr (kPublish) {
+    stage = pooler::ld_relaxed_gpu_u32(&state->stage);
+    pooler::mailbox_hand_over_stage(state, stage);
+  }
 
   // Partial p of column col, row r: rank col / kOwned, reduce[(p*8*kBatchTiles + r)*kOwnedPitch + col % kOwned].
   float* reduce = reinterpret_cast<float*>(smem + kReduceOffset);
@@ -443,7 +446,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
     // Before the publish stores, so the release waits for none.
     // why: docs/design/protocol.md, "One launch per layer".
     if constexpr (CONSUME != 0) {
-      gemm_consume::arrive_without_row(const_cast<pooler::MailboxStateBlock*>(state), thread_x);
+      gemm_consume::arrive_without_row(const_cast<pooler::MailboxStateBlock*>(state), stage, thread_x);
     }
     if (split >= kOwners) return stage;  // this rank finishes no columns (uniform over the CTA)
     // Sums as above (the same bits), in rounds of whole warps so every lane reaches the shuffles;

@@ -5,6 +5,7 @@
 #include <cstddef>
 
 #include "pooler/error.hpp"
+#include "runtime/gather/consumer_row_split.hpp"
 #include "runtime/jit/trace_records.hpp"
 
 namespace pooler {
@@ -23,7 +24,7 @@ ConsumerTrace consumer_trace(const LoadedForm& form, int capacity) {
   t.capacity = capacity;
   t.launches = form.global("pooler_consumer_trace_launches");
   t.records = form.global("pooler_consumer_trace");
-  const std::size_t ctas = static_cast<std::size_t>(capacity);
+  const std::size_t ctas = static_cast<std::size_t>(capacity) * kMaxConsumerRowCtas;
   const std::size_t records = static_cast<std::size_t>(kConsumerTraceLaunches) * ctas * kWords * 8;
   if (t.launches.bytes != ctas * 4 || t.records.bytes != records) {
     throw InvalidArgument(fmt::format(
@@ -41,8 +42,9 @@ void reset_consumer_trace(const ConsumerTrace& trace, CUstream stream) {
 
 std::vector<ConsumerTraceRecord> read_consumer_trace(const ConsumerTrace& trace, int launches) {
   std::vector<ConsumerTraceRecord> out;
-  visit_trace_records(trace.records, launches, kConsumerTraceLaunches, static_cast<std::size_t>(trace.capacity), kWords,
-                      "a consumer trace", [&](int launch, const unsigned long long* w) {
+  visit_trace_records(trace.records, launches, kConsumerTraceLaunches,
+                      static_cast<std::size_t>(trace.capacity) * kMaxConsumerRowCtas, kWords, "a consumer trace",
+                      [&](int launch, const unsigned long long* w) {
                         ConsumerTraceRecord r;
                         r.launch = launch;
                         r.cta = static_cast<int>(w[kConsumerTraceMarks] & 0xFFFFFFFFull);

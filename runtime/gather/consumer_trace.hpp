@@ -21,12 +21,12 @@ inline constexpr const char* kConsumerMarkNames[kConsumerTraceMarks] = {
     "start", "waited", "read", "arrived", "summed", "normed", "quantized", "stored", "finished"};
 
 // Where a loaded trace form records: launches[cta] counts the launches CTA cta has started,
-// records[launch][cta] holds kConsumerTraceMarks timer words, (SM << 32) | cta, then
-// kConsumerTraceMarks clock words, for the first kConsumerTraceLaunches launches.
+// records[launch][cta] (capacity * kMaxConsumerRowCtas CTAs) holds kConsumerTraceMarks timer words, (SM << 32) | cta,
+// then kConsumerTraceMarks clock words, for the first kConsumerTraceLaunches launches.
 struct ConsumerTrace {
-  LoadedForm::Global launches;  // unsigned per CTA (capacity of them)
+  LoadedForm::Global launches;  // unsigned per CTA (capacity * kMaxConsumerRowCtas of them)
   LoadedForm::Global records;   // unsigned long long
-  int capacity = 0;             // CTAs a launch can have
+  int capacity = 0;             // rows a launch can have
 };
 
 struct ConsumerTraceRecord {

@@ -57,9 +57,9 @@ ConsumerVariant consumer_variant(const LoadedForm& form, const char* kind, const
   return ConsumerVariant::baseline;  // checked_kernel then names what was expected
 }
 
-LaunchShape row_shape(int pooled, int b, bool pdl) {
+LaunchShape row_shape(int pooled, int b, bool pdl, int row_ctas = 1) {
   LaunchShape shape;
-  shape.grid_x = static_cast<unsigned>(b);
+  shape.grid_x = static_cast<unsigned>(b) * static_cast<unsigned>(row_ctas);
   shape.block_x = static_cast<unsigned>(pooled / 16);
   shape.pdl = pdl;
   return shape;
@@ -205,7 +205,8 @@ void check_binding(const char* what, const MailboxBinding& mailbox) {
 }  // namespace
 
 Nvfp4ConsumerLauncher::Nvfp4ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank,
-                                             const MailboxBinding& mailbox, unsigned long long timeout_ns)
+                                             const MailboxBinding& mailbox, unsigned long long timeout_ns,
+                                             RowSplit split)
     : variant_(consumer_variant(form, "pooler_consumer_nvfp4", layout)),
       kernel_(checked_kernel(form,
                              shape_name((std::string("pooler_consumer_nvfp4") + variant_suffix(variant_)).c_str(),
@@ -214,20 +215,23 @@ Nvfp4ConsumerLauncher::Nvfp4ConsumerLauncher(const LoadedForm& form, const Mailb
       layout_(layout),
       rank_(rank),
       mailbox_(mailbox),
-      timeout_ns_(timeout_ns) {
+      timeout_ns_(timeout_ns),
+      split_(split) {
   check_rank("Nvfp4ConsumerLauncher", rank, layout.tp);
   check_binding("Nvfp4ConsumerLauncher", mailbox);
+  consumer_row_ctas(split, 1);  // refuses a bad split here, not at the first launch
 }
 
 void Nvfp4ConsumerLauncher::launch(CUstream stream, CUdeviceptr weight, CUdeviceptr global_scale, CUdeviceptr packed,
                                    CUdeviceptr scales, int b, int layer, bool pdl) const {
   check_rows("Nvfp4ConsumerLauncher::launch", b, layout_.capacity);
-  kernel_(stream, row_shape(layout_.pooled, b, pdl), mailbox_.mailbox, mailbox_.state, mailbox_.record, weight,
-          global_scale, packed, scales, rank_, layer, timeout_ns_);
+  const int ctas = row_ctas(b);
+  kernel_(stream, row_shape(layout_.pooled, b, pdl, ctas), mailbox_.mailbox, mailbox_.state, mailbox_.record, weight,
+          global_scale, packed, scales, rank_, layer, timeout_ns_, static_cast<unsigned>(ctas));
 }
 
 Bf16ConsumerLauncher::Bf16ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank,
-                                           const MailboxBinding& mailbox, unsigned long long timeout_ns)
+                                           const MailboxBinding& mailbox, unsigned long long timeout_ns, RowSplit split)
     : variant_(consumer_variant(form, "pooler_consumer_bf16", layout)),
       kernel_(checked_kernel(form,
                              shape_name((std::string("pooler_consumer_bf16") + variant_suffix(variant_)).c_str(),
@@ -236,16 +240,19 @@ Bf16ConsumerLauncher::Bf16ConsumerLauncher(const LoadedForm& form, const Mailbox
       layout_(layout),
       rank_(rank),
       mailbox_(mailbox),
-      timeout_ns_(timeout_ns) {
+      timeout_ns_(timeout_ns),
+      split_(split) {
   check_rank("Bf16ConsumerLauncher", rank, layout.tp);
   check_binding("Bf16ConsumerLauncher", mailbox);
+  consumer_row_ctas(split, 1);
 }
 
 void Bf16ConsumerLauncher::launch(CUstream stream, CUdeviceptr weight, CUdeviceptr rows, CUdeviceptr normed, int b,
                                   int layer, bool pdl) const {
   check_rows("Bf16ConsumerLauncher::launch", b, layout_.capacity);
-  kernel_(stream, row_shape(layout_.pooled, b, pdl), mailbox_.mailbox, mailbox_.state, mailbox_.record, weight, rows,
-          normed, rank_, layer, timeout_ns_);
+  const int ctas = row_ctas(b);
+  kernel_(stream, row_shape(layout_.pooled, b, pdl, ctas), mailbox_.mailbox, mailbox_.state, mailbox_.record, weight,
+          rows, normed, rank_, layer, timeout_ns_, static_cast<unsigned>(ctas));
 }
 
 StockNormLauncher::StockNormLauncher(const LoadedForm& form, int pooled, int max_rows)

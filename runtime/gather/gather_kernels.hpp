@@ -15,6 +15,7 @@
 #include "runtime/jit/form.hpp"
 #include "runtime/jit/kernel.hpp"
 #include "runtime/comm/mailbox.hpp"
+#include "runtime/gather/consumer_row_split.hpp"
 #include "runtime/gather/consumer_trigger.hpp"
 
 namespace pooler {
@@ -32,10 +33,11 @@ inline constexpr int kPublishThreads = 128;
 //   baseline        the stage, then the rows the previous call left (to clear), then the
 //                   poll, each waiting for the one before; every CTA ends with an acq_rel
 //                   atomic whose last arrival advances the stage
-//   one_round_trip  the state and the row in all three stages loaded at once; each thread
-//                   clears what it read; CTA 0 advances the stage once the others have
-//                   arrived (they do not wait). The same outputs and state protocol; the
-//                   two may follow each other on one mailbox.
+//   one_round_trip  the state and the row in all three stages loaded at once, the stage
+//                   as the call's publisher handed it over; with one CTA per row each thread
+//                   clears what it read; CTA 0 advances the stage waiting for no other CTA.
+//                   The same outputs and state protocol; the two may follow each other on
+//                   one mailbox.
 enum class ConsumerVariant { baseline, one_round_trip };
 const char* to_string(ConsumerVariant variant);
 
@@ -87,15 +89,18 @@ class PublishLauncher {
 };
 
 // Polls the local mailbox for b rows -> norm -> NVFP4: packed [b, P / 2] u8 and scales
-// [b, P / 16] E4M3. `layer` only goes into a TimeoutRecord. Grid b, P / 16 threads.
-// The variant is the loaded form's (either consumer form of the layout's shape).
+// [b, P / 16] E4M3. `layer` only goes into a TimeoutRecord. Grid b * row_ctas(b), P / 16
+// threads (`split`: consumer_row_ctas). The variant is the loaded form's (either consumer form
+// of the layout's shape).
 class Nvfp4ConsumerLauncher {
  public:
   Nvfp4ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank, const MailboxBinding& mailbox,
-                        unsigned long long timeout_ns = kDefaultMailboxTimeoutNs);
+                        unsigned long long timeout_ns = kDefaultMailboxTimeoutNs, RowSplit split = RowSplit{});
   void launch(CUstream stream, CUdeviceptr weight, CUdeviceptr global_scale, CUdeviceptr packed, CUdeviceptr scales,
               int b, int layer, bool pdl) const;
   ConsumerVariant variant() const { return variant_; }
+  // The CTAs per row a launch for b rows uses.
+  int row_ctas(int b) const { return consumer_row_ctas(split_, b); }
 
  private:
   ConsumerVariant variant_;
@@ -104,16 +109,18 @@ class Nvfp4ConsumerLauncher {
   int rank_;
   MailboxBinding mailbox_;
   unsigned long long timeout_ns_;
+  RowSplit split_;
 };
 
 // Polls the local mailbox for b rows -> rows [b, P] BF16 and their norm, normed [b, P].
 class Bf16ConsumerLauncher {
  public:
   Bf16ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank, const MailboxBinding& mailbox,
-                       unsigned long long timeout_ns = kDefaultMailboxTimeoutNs);
+                       unsigned long long timeout_ns = kDefaultMailboxTimeoutNs, RowSplit split = RowSplit{});
   void launch(CUstream stream, CUdeviceptr weight, CUdeviceptr rows, CUdeviceptr normed, int b, int layer,
               bool pdl) const;
   ConsumerVariant variant() const { return variant_; }
+  int row_ctas(int b) const { return consumer_row_ctas(split_, b); }
 
  private:
   ConsumerVariant variant_;
@@ -122,6 +129,7 @@ class Bf16ConsumerLauncher {
   int rank_;
   MailboxBinding mailbox_;
   unsigned long long timeout_ns_;
+  RowSplit split_;
 };
 
 // rows [b, P] -> normed [b, P], b in [1, max_rows].

@@ -27,9 +27,10 @@ class LoopbackMailbox {
  public:
   // The forms: publish_form, nvfp4_consumer_form and bf16_consumer_form of
   // `layout`, loaded. The consumers act as rank `consumer_rank` and give up
-  // after `timeout_ns` with a timeout record.
+  // after `timeout_ns` with a timeout record, `split` CTAs per row (consumer_row_ctas).
   LoopbackMailbox(const LoadedForm& publish, const LoadedForm& nvfp4, const LoadedForm& bf16,
-                  const MailboxLayout& layout, CUstream stream, unsigned long long timeout_ns, int consumer_rank = 0);
+                  const MailboxLayout& layout, CUstream stream, unsigned long long timeout_ns, int consumer_rank = 0,
+                  RowSplit split = RowSplit{});
 
   const MailboxLayout& layout() const { return layout_; }
   int tp() const { return layout_.tp; }

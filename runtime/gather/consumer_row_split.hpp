@@ -1,0 +1,28 @@
+// How many CTAs share one row of a mailbox consumer's call (the kernels' row_ctas argument;
+// kernel_templates/gather/row_split.cuh). Each CTA of a row reads and sums the whole row, so all
+// of them hold the same total, bit for bit, and norms and quantizes 1 / row_ctas of it: the
+// quantize, the consumer's longest step after its read, then runs on row_ctas SMs instead of one
+// (docs/design/protocol.md, "A row over several CTAs"; docs/decisions/0020-consumer-row-over-ctas.md).
+#pragma once
+
+namespace pooler {
+
+// As the template's kMaxRowCtas.
+inline constexpr int kMaxConsumerRowCtas = 8;
+
+struct RowSplit {
+  int ctas = 0;  // 0: the rule (consumer_row_ctas); else 1, 2, 4 or 8
+};
+
+// CTAs per row for b rows: split.ctas when set, else the rule: the most of 8, 4, 2 that keeps
+// b * row_ctas <= kRowSplitCtas, else 1 (8 at b = 1, 4 at b = 2, 2 at b = 3 and 4, 1 from 5 rows:
+// more CTAs than that crowd the next GEMM's prologue off the SMs; decision 0020). InvalidArgument
+// unless split.ctas is 0, 1, 2, 4 or 8.
+inline constexpr int kRowSplitCtas = 8;
+int consumer_row_ctas(const RowSplit& split, int b);
+
+// POOLER_CONSUMER_ROW_CTAS: "auto" (or unset: `fallback`), or 1, 2, 4, 8 (InvalidArgument
+// otherwise). For comparisons, as the other POOLER_ overrides.
+RowSplit row_split_from_env(RowSplit fallback = RowSplit{});
+
+}  // namespace pooler
