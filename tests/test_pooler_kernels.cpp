@@ -62,7 +62,9 @@ TEST_P(PoolerForms, CompileWithoutLocalMemory) {
     EXPECT_EQ(kernel.stack_bytes, 0) << kernel.name;
     EXPECT_EQ(kernel.max_threads, declared_threads(kernel.name)) << kernel.name;
     EXPECT_LE(kernel.registers, 65536 / declared_threads(kernel.name)) << kernel.name << " cannot launch";
-    EXPECT_LE(kernel.shared_bytes, 64) << kernel.name << ": the norm needs one float per warp";
+    // The norm needs one float per warp; a consumer also stashes its row (a row over several CTAs).
+    const bool consumer = kernel.name == kNvfp4ConsumerEntry || kernel.name == kBf16ConsumerEntry;
+    EXPECT_LE(kernel.shared_bytes, 64 + (consumer ? kPooled * 2 : 0)) << kernel.name;
     std::cout << "[ resources ] " << form.name() << " " << architecture << ": " << kernel.registers << " registers, "
               << kernel.shared_bytes << " shared bytes\n";
   });

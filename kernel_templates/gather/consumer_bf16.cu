@@ -96,16 +96,18 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
     // The baseline stores the gathered row before the norm's barrier.
     if (split.ctas == 1u) st_global_16xbf16(rows_row + column, x);
   }
+  __shared__ __align__(16) u32 stash_words[POOLED / 2];
+  const StashedRow<POOLED> stash{stash_words};
+  if (split.ctas != 1u) stash.put16(x);  // read back after row_rms_inverse16's barrier
+  // One call site of the norm's division: its slow path is a subroutine (a second call spills).
+  const float inv = row_rms_inverse16<POOLED>(x, EPS, trace);
   if (split.ctas == 1u) {
     u32 y[8];
-    rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y, trace);
+    norm16(x, w, inv, GAIN_CENTER, y);
+    trace.normed(y);
     if constexpr (ONE_ROUND_TRIP) st_global_16xbf16(rows_row + column, x);
     st_global_16xbf16(normed_row + column, y);
   } else {
-    __shared__ __align__(16) u32 stash_words[POOLED / 2];
-    const StashedRow<POOLED> stash{stash_words};
-    stash.put16(x);  // read back after row_rms_inverse16's barrier
-    const float inv = row_rms_inverse16<POOLED>(x, EPS, trace);
     if (split.ctas == 2u) {
       store_slice_of<4>(stash, split, w, inv, rows_row, normed_row, trace);
     } else if (split.ctas == 4u) {

@@ -27,10 +27,11 @@ namespace {
 using namespace pooler;
 
 // One CTA per row: thread t norms and quantizes its own 16 columns.
-__device__ __forceinline__ void quantize_own16(const u32 (&x)[8], const u32 (&w)[8], float gs, u8* packed, u8* scales,
-                                               const consumer_trace::Trace& trace) {
+__device__ __forceinline__ void quantize_own16(const u32 (&x)[8], const u32 (&w)[8], float inv, float gs, u8* packed,
+                                               u8* scales, const consumer_trace::Trace& trace) {
   u32 y[8];
-  rms_norm_row16<POOLED>(x, w, EPS, GAIN_CENTER, y, trace);
+  norm16(x, w, inv, GAIN_CENTER, y);
+  trace.normed(y);
   const Nvfp4Block16 q = quantize16(y, gs);
   trace.mark(consumer_trace::kQuantized, q.packed[0] ^ q.packed[1] ^ q.scale);
   st_global_v2(packed + threadIdx.x * 8u, q.packed[0], q.packed[1]);
@@ -106,13 +107,14 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   }
   u8* packed_row = packed + static_cast<unsigned long long>(row) * (POOLED / 2);
   u8* scales_row = scales + static_cast<unsigned long long>(row) * (POOLED / 16);
+  __shared__ __align__(16) u32 stash_words[POOLED / 2];
+  const StashedRow<POOLED> stash{stash_words};
+  if (split.ctas != 1u) stash.put16(x);  // read back after row_rms_inverse16's barrier
+  // One call site of the norm's division: its slow path is a subroutine (a second call spills).
+  const float inv = row_rms_inverse16<POOLED>(x, EPS, trace);
   if (split.ctas == 1u) {
-    quantize_own16(x, w, gs, packed_row, scales_row, trace);
+    quantize_own16(x, w, inv, gs, packed_row, scales_row, trace);
   } else {
-    __shared__ __align__(16) u32 stash_words[POOLED / 2];
-    const StashedRow<POOLED> stash{stash_words};
-    stash.put16(x);  // read back after row_rms_inverse16's barrier
-    const float inv = row_rms_inverse16<POOLED>(x, EPS, trace);
     if (split.ctas == 2u) {
       quantize_slice_of<8>(stash, split, w, inv, gs, packed_row, scales_row, trace);
     } else if (split.ctas == 4u) {
