@@ -40,14 +40,11 @@ __device__ __forceinline__ void st_global_words(u16* address, const u32 (&v)[kWo
 // A row over several CTAs: thread t norms and stores kWords words of its CTA's slice, read back
 // from the stashed row.
 template <int kWords>
-__device__ __forceinline__ void store_slice_of(const StashedRow<POOLED>& stash, const RowSplit& split,
+__device__ __forceinline__ void store_slice_of(const StashedRow<POOLED>& stash, const RowSlice& split,
                                                const u32 (&w)[8], float inv, u16* rows_row, u16* normed_row,
                                                const consumer_trace::Trace& trace) {
-  u32 x[kWords], ws[kWords], y[kWords];
-  stash.get<kWords>(split.first, x);
-#pragma unroll
-  for (int k = 0; k < kWords; ++k) ws[k] = w[k];
-  norm_words<kWords>(x, ws, inv, GAIN_CENTER, y);
+  u32 x[kWords], y[kWords];
+  norm_slice<POOLED, kWords>(stash, split, w, inv, GAIN_CENTER, x, y);
   trace.mark(consumer_trace::kNormed, y[0]);
   st_global_words<kWords>(rows_row + split.first, x);
   st_global_words<kWords>(normed_row + split.first, y);
@@ -60,7 +57,7 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
                          const pooler::u16* weight, pooler::u16* rows, pooler::u16* normed, int rank, int layer,
                          unsigned long long timeout_ns, unsigned row_ctas) {
   using namespace pooler;
-  const RowSplit split = row_split<POOLED>(row_ctas);
+  const RowSlice split = row_slice<POOLED>(row_ctas);
   const u32 column = threadIdx.x * 16u;
   const u32 row = split.row;
   consumer_trace::Trace trace;

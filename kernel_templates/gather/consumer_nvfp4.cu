@@ -41,15 +41,12 @@ __device__ __forceinline__ void quantize_own16(const u32 (&x)[8], const u32 (&w)
 // A row over several CTAs: thread t norms and quantizes kValues = 16 / row_ctas columns of its
 // CTA's slice, read back from the stashed row; kLanes = row_ctas lanes share one block.
 template <int kValues>
-__device__ __forceinline__ void quantize_slice_of(const StashedRow<POOLED>& stash, const RowSplit& split,
+__device__ __forceinline__ void quantize_slice_of(const StashedRow<POOLED>& stash, const RowSlice& split,
                                                   const u32 (&w)[8], float inv, float gs, u8* packed, u8* scales,
                                                   const consumer_trace::Trace& trace) {
   constexpr int kWords = kValues / 2;
-  u32 x[kWords], ws[kWords], y[kWords];
-  stash.get<kWords>(split.first, x);
-#pragma unroll
-  for (int k = 0; k < kWords; ++k) ws[k] = w[k];
-  norm_words<kWords>(x, ws, inv, GAIN_CENTER, y);
+  u32 x[kWords], y[kWords];
+  norm_slice<POOLED, kWords>(stash, split, w, inv, GAIN_CENTER, x, y);
   trace.mark(consumer_trace::kNormed, y[0]);
   const Nvfp4Slice<kValues> q = quantize_slice<kValues>(y, gs);
   trace.mark(consumer_trace::kQuantized, q.packed[0] ^ q.scale);
@@ -71,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
                           const pooler::u16* weight, const float* global_scale, pooler::u8* packed, pooler::u8* scales,
                           int rank, int layer, unsigned long long timeout_ns, unsigned row_ctas) {
   using namespace pooler;
-  const RowSplit split = row_split<POOLED>(row_ctas);
+  const RowSlice split = row_slice<POOLED>(row_ctas);
   const u32 column = threadIdx.x * 16u;
   const u32 row = split.row;
   consumer_trace::Trace trace;

@@ -5,17 +5,18 @@
 // t the 16 / k columns from `first`, taken from the row that the CTA stashed in shared memory.
 #pragma once
 
+#include "norm.cuh"
 #include "numerics.cuh"
 #include "ptx.cuh"
 
 namespace pooler {
 
-// The most CTAs per row (runtime/gather/consumer_row_split.hpp has the same constant).
+// The most CTAs per row (runtime/gather/consumer_row_split.hpp: kMaxConsumerRowCtas).
 constexpr int kMaxRowCtas = 8;
 
 #if defined(__CUDACC__)
 
-struct RowSplit {
+struct RowSlice {
   u32 ctas;   // CTAs per row
   u32 row;    // the row this CTA reads
   u32 first;  // this thread's first column of its CTA's slice (ctas > 1)
@@ -23,10 +24,10 @@ struct RowSplit {
 
 // The launcher checks that row_ctas is 1, 2, 4 or 8: a block's 16 columns over row_ctas lanes.
 template <int kPooled>
-POOLER_DEVICE RowSplit row_split(u32 row_ctas) {
+POOLER_DEVICE RowSlice row_slice(u32 row_ctas) {
   const u32 shift = static_cast<u32>(__ffs(static_cast<int>(row_ctas)) - 1);
   const u32 part = blockIdx.x & (row_ctas - 1u);
-  return RowSplit{row_ctas, blockIdx.x >> shift, part * (kPooled >> shift) + ((threadIdx.x * 16u) >> shift)};
+  return RowSlice{row_ctas, blockIdx.x >> shift, part * (kPooled >> shift) + ((threadIdx.x * 16u) >> shift)};
 }
 
 // A row's BF16 words in shared memory: thread t's 16 columns at words [8 t, 8 t + 8).
@@ -49,10 +50,22 @@ struct StashedRow {
 
 // This thread's slice of a model parameter row (8 / row_ctas words from `first`; before the PDL
 // wait): the rest of w stays unread.
-POOLER_DEVICE void ld_slice_words(const u16* row, const RowSplit& split, u32 (&w)[8]) {
-  const u32* p = reinterpret_cast<const u32*>(row + split.first);
+POOLER_DEVICE void ld_slice_words(const u16* row, const RowSlice& slice, u32 (&w)[8]) {
+  const u32* p = reinterpret_cast<const u32*>(row + slice.first);
 #pragma unroll
-  for (int k = 0; k < 8; ++k) w[k] = k < static_cast<int>(8u / split.ctas) ? p[k] : 0u;
+  for (int k = 0; k < 8; ++k) w[k] = k < static_cast<int>(8u / slice.ctas) ? p[k] : 0u;
+}
+
+// This thread's kWords words of its CTA's slice, read back from the stashed row (after the norm's
+// barrier), and their norm: what both consumers do with a row over several CTAs.
+template <int kPooled, int kWords>
+POOLER_DEVICE void norm_slice(const StashedRow<kPooled>& stash, const RowSlice& slice, const u32 (&w)[8], float inv,
+                              float gain_center, u32 (&x)[kWords], u32 (&y)[kWords]) {
+  u32 ws[kWords];
+#pragma unroll
+  for (int k = 0; k < kWords; ++k) ws[k] = w[k];
+  stash.template get<kWords>(slice.first, x);
+  norm_words<kWords>(x, ws, inv, gain_center, y);
 }
 
 #endif  // __CUDACC__

@@ -7,7 +7,8 @@
 
 namespace pooler {
 
-// As the template's kMaxRowCtas.
+// As the template's kMaxRowCtas (row_split.cuh resolves its includes in the template library, not
+// on the host's path); consumer_trace() refuses a trace form whose variables were sized otherwise.
 inline constexpr int kMaxConsumerRowCtas = 8;
 
 struct RowSplit {
