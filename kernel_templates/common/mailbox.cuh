@@ -128,7 +128,9 @@ POOLER_DEVICE void mailbox_report_timeout(MailboxStateBlock* state, TimeoutRecor
 }
 
 // Polls this thread's 16 columns of `row` until no lane is the sentinel (word k: columns 2k low,
-// 2k + 1 high). False after timeout_ns or another poller's failure (x undefined).
+// 2k + 1 high). False after timeout_ns or another poller's failure (x undefined). Each round is one
+// round trip: `failed` is loaded beside the columns, not after them (a round trip under the next
+// GEMM's streaming is ~1100 cycles, and a second one per round doubled the time to see a late peer).
 template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE bool mailbox_poll16(const u16* mailbox, MailboxStateBlock* state, TimeoutRecord* record,
                                   const MailboxCall& call, u32 row, u32 column, int rank, int layer,
@@ -147,6 +149,7 @@ POOLER_DEVICE bool mailbox_poll16(const u16* mailbox, MailboxStateBlock* state, 
     for (;;) {
       ld_relaxed_sys_v4(p, lo);
       ld_relaxed_sys_v4(p + 8, hi);
+      const u32 failed = ld_relaxed_gpu_u32(&state->failed);
       pending = false;
 #pragma unroll
       for (int k = 0; k < 4; ++k) pending = pending || has_sentinel_lane(lo[k]) || has_sentinel_lane(hi[k]);
@@ -157,7 +160,7 @@ POOLER_DEVICE bool mailbox_poll16(const u16* mailbox, MailboxStateBlock* state, 
         ok = false;
         break;
       }
-      if (ld_relaxed_gpu_u32(&state->failed) != 0u) {
+      if (failed != 0u) {
         ok = false;
         break;
       }
