@@ -25,8 +25,7 @@ std::vector<NormConstants> distinct(const std::vector<NormConstants>& norms) {
 ConsumerTrigger consumer_trigger(const GemmPlan& gemm) {
   const std::string mode = env_choice("POOLER_CONSUMER_TRIGGER", {"before_wait", "after_wait"});
   if (!mode.empty()) return mode == "before_wait" ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait;
-  const bool early =
-      gemm.shape().w_on_chip || (gemm.prologue_holds_all_of_w() && (gemm.rows() == 1 || gemm.rows() >= 16));
+  const bool early = gemm.shape().w_on_chip || gemm.prologue_holds_all_of_w();
   return early ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait;
 }
 

@@ -450,9 +450,10 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOnChipOrReduceAsyncWhereChosen)
       if (rows <= 8) {
         EXPECT_EQ(shape.ctas_per_sm, 2);
       }
-      // The async reduction only where all of w is loaded in the prologue
-      // (N = 512 at K = 8192) and with few rows.
-      EXPECT_EQ(shape.async_reduce, n == 512 && rows <= 4);
+      // The async reduction wherever there is no ring and either at most 8 rows or all of w
+      // loaded in the prologue (N = 512 at K = 8192); every shape here has a cluster.
+      ASSERT_GT(shape.split_k, 1);
+      EXPECT_EQ(shape.async_reduce, !ring && (rows <= 8 || n == 512)) << "N " << n << ", rows " << rows;
       if (!ring) {
         // The register shape's CTAs and sums: the same bits.
         PoolerGemmShape barrier = shape;
@@ -489,7 +490,9 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOnChipOrReduceAsyncWhereChosen)
   EXPECT_EQ(tp8.stages, 0);
   EXPECT_FALSE(tp8.w_on_chip);
   EXPECT_EQ(tp8.ctas_per_sm, 2);
-  EXPECT_FALSE(tp8.async_reduce);
+  EXPECT_TRUE(tp8.async_reduce);
+  EXPECT_FALSE(choose_gemm_shape(1024, kHidden, 16).async_reduce);
+  EXPECT_FALSE(choose_gemm_shape(2048, kHidden, 8).async_reduce) << "a ring";
   const PoolerGemmShape tp4 = choose_gemm_shape(1024, kHidden, 8);
   EXPECT_EQ(tp4.outputs_per_block, 64);
   EXPECT_FALSE(tp4.w_on_chip);
@@ -522,6 +525,22 @@ TEST(GemmShapeRule, RingCanBeForcedOnOrOff) {
   testing::expect_refused([] { choose_gemm_shape(2048, kHidden, 8); }, "POOLER_GEMM_RING = \"sometimes\"");
 }
 
+TEST(GemmShapeRule, AsyncReductionCanBeForcedOnOrOff) {
+  struct Restore {
+    ~Restore() { unsetenv("POOLER_GEMM_ASYNC_REDUCE"); }
+  } restore;
+  setenv("POOLER_GEMM_ASYNC_REDUCE", "off", 1);
+  for (int n : {512, 1024, 4096}) EXPECT_FALSE(choose_gemm_shape(n, kHidden, 4).async_reduce) << "N " << n;
+  setenv("POOLER_GEMM_ASYNC_REDUCE", "on", 1);
+  EXPECT_TRUE(choose_gemm_shape(1024, kHidden, 16).async_reduce) << "beyond the rule's 8 rows";
+  EXPECT_FALSE(choose_gemm_shape(2048, kHidden, 8).async_reduce) << "not with a ring";
+  PoolerGemmShape one_cta = choose_register_gemm_shape(512, 256, 1);
+  ASSERT_EQ(one_cta.split_k, 1) << "K = 256 needs no cluster";
+  EXPECT_FALSE(choose_gemm_shape(512, 256, 1).async_reduce) << "not without a cluster";
+  setenv("POOLER_GEMM_ASYNC_REDUCE", "yes", 1);
+  testing::expect_refused([] { choose_gemm_shape(512, kHidden, 8); }, "POOLER_GEMM_ASYNC_REDUCE = \"yes\"");
+}
+
 TEST(GemmShapeRule, OnChipCanBeForcedOnOrOff) {
   struct Restore {
     ~Restore() {
@@ -547,16 +566,14 @@ TEST(GemmShapeRule, OnChipCanBeForcedOnOrOff) {
   testing::expect_refused([] { choose_gemm_shape(512, kHidden, 8); }, "POOLER_GEMM_ON_CHIP = \"always\"");
 }
 
-TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitAtTp8WidthsWithOneOrManyRows) {
+TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitAtTp8WidthsAtEveryBatch) {
   // At N = 512 every CTA's w is loaded into registers in the prologue, at every b: the rule
-  // lets the next launch start before the consumers' wait at b = 1 and b >= 16 only.
+  // lets the next launch start before the consumers' wait at every b.
   for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
     const GemmPlan plan = choose_gemm_plan(512, kHidden, rows);
     ASSERT_TRUE(plan.prologue_holds_all_of_w()) << "rows " << rows;
     ASSERT_FALSE(plan.shape().w_on_chip) << "rows " << rows;
-    EXPECT_EQ(consumer_trigger(plan),
-              rows == 1 || rows >= 16 ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait)
-        << "rows " << rows;
+    EXPECT_EQ(consumer_trigger(plan), ConsumerTrigger::before_wait) << "rows " << rows;
   }
   // Streaming w through the main loop (N = 1024 from b = 2, N = 2048, 4096): after the wait.
   for (int n : {1024, 2048, 4096}) {
@@ -764,6 +781,7 @@ TEST(GemmShapeValidation, NamesTheValueAtFault) {
   testing::expect_mentions(message(4, 1024, kHidden, bad), {"async_reduce needs split_k > 1"});
   bad = good;
   bad.split_k = 1;
+  bad.async_reduce = false;  // no cluster, no partials to send
   bad.warps_k = 1;
   bad.block_size = 32;
   bad.outputs_per_block = 16;
@@ -812,7 +830,9 @@ TEST(GemmForm, ConstantsDescribeTheShape) {
   ASSERT_TRUE(on_chip.w_on_chip);
   EXPECT_NE(pooler_gemm_form(8, 512, kHidden, on_chip).describe_constants().find("W_ON_CHIP=1"), std::string::npos);
   EXPECT_NE(constants.find("W_ON_CHIP=0"), std::string::npos) << constants;
-  const int streaming_bytes = pooler_gemm_shared_bytes(8, 512, kHidden, choose_streaming_gemm_shape(512, kHidden, 8));
+  PoolerGemmShape streaming = choose_streaming_gemm_shape(512, kHidden, 8);
+  streaming.async_reduce = false;  // its mbarrier is among the 16 bytes counted below
+  const int streaming_bytes = pooler_gemm_shared_bytes(8, 512, kHidden, streaming);
   const int on_chip_bytes = pooler_gemm_shared_bytes(8, 512, kHidden, on_chip);
   EXPECT_GE(on_chip_bytes, streaming_bytes + 32 * (2048 + 64) + 16);
   EXPECT_LT(on_chip_bytes, streaming_bytes + 32 * (2048 + 64) + 16 + 128 + 16);

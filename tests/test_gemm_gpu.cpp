@@ -416,10 +416,11 @@ TEST_F(GemmGpu, OnChipChainReadsEachLaunchsOwnWeightsAndInput) {
 TEST_F(GemmGpu, AsyncReduceGivesTheClusterBarriersBits) {
   // st.async into an mbarrier changes how the partials travel, not the order
   // they are summed in: the same bits as the cluster barrier, with registers
-  // and with a ring, and with one warp per CTA (2 columns per rank, 256 CTAs).
+  // and with a ring, and with one warp per CTA (2 columns per rank, 256 CTAs),
+  // at every width where the rule takes it (docs/decisions/0021).
   // (Clusters where only some ranks sum columns, the fused publish's at
   // N = 512: test_gemm_publish_gpu, tp 8.)
-  for (int n : {512, 2048}) {
+  for (int n : {512, 1024, 2048, 4096}) {
     for (int rows : {1, 3, 8, 16}) {
       PoolerGemmShape rule = choose_gemm_shape(n, kHidden, rows);
       rule.async_reduce = false;

@@ -178,15 +178,24 @@ bool choose_on_chip(int n, int rows, int k, PoolerGemmShape& s) {
   return true;
 }
 
-// The reduction for a chosen shape, in place: async where it pays
-// (docs/decisions/0006-async-reduction.md). That is where the whole of w is
-// loaded in the prologue (one unrolled round, registers: N = 512 at K = 8192;
-// or w on chip),
-// so the period is the chain after the PDL wait and the cluster barrier a
-// large part of it, and at most 4 rows (no gain at 8, a loss at 16).
-// Elsewhere the barrier's cost hides behind the stream.
+// The reduction for a chosen shape, in place: async (st.async into the summing
+// CTA's mbarrier) instead of a cluster barrier, where it pays in the pooler's
+// chain (docs/decisions/0006-async-reduction.md, 0021-early-trigger-and-async-
+// reduction-in-the-chain.md): every shape with a cluster and no ring that
+// has at most 8 rows or loads all of w in its prologue (N = 512 at K = 8192,
+// or w on chip). Elsewhere (9-32 rows streaming w through the loop) it was
+// slower at some shapes (N = 1024, 16 rows; N = 2048, 12; N = 4096, 24).
+// POOLER_GEMM_ASYNC_REDUCE=off keeps the cluster barrier everywhere, =on takes
+// the async reduction wherever the shape allows it (both for comparisons, the
+// same bits).
 void choose_reduction(int rows, int k, PoolerGemmShape& s) {
-  s.async_reduce = s.split_k > 1 && s.stages == 0 && all_of_w_in_prologue(rows, k, s) && rows <= 4;
+  const std::string mode = override_mode("POOLER_GEMM_ASYNC_REDUCE");
+  const bool allowed = s.split_k > 1 && s.stages == 0;
+  if (!mode.empty()) {
+    s.async_reduce = allowed && mode == "on";
+    return;
+  }
+  s.async_reduce = allowed && (rows <= 8 || all_of_w_in_prologue(rows, k, s));
 }
 
 }  // namespace
