@@ -29,6 +29,13 @@ ConsumerTrigger consumer_trigger(const GemmPlan& gemm) {
   return early ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait;
 }
 
+bool ring_at_few_rows(int n, int k) {
+  for (int b = 1; b <= kRowSplitCtas; ++b) {
+    if (choose_gemm_plan(n, k, b).shape().stages > 0) return true;
+  }
+  return false;
+}
+
 PoolerForms pooler_forms(const PoolerConfig& config) {
   PoolerForms out;
   const std::set<int> batches(config.batches.begin(), config.batches.end());

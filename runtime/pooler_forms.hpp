@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pooler/gemm_shape.hpp"
+#include "runtime/gather/consumer_row_split.hpp"
 #include "runtime/gather/consumer_trigger.hpp"
 #include "runtime/gemm/gemm_plan.hpp"
 #include "runtime/jit/form.hpp"
@@ -85,11 +86,16 @@ PoolerForms pooler_forms(const PoolerConfig& config);
 
 // When the mailbox consumers of a batch let the next launch (the next layer's GEMM, of the
 // same plan) start: before their PDL wait where that GEMM copies its whole w on chip, or
-// where its prologue loads all of w into registers (N = 512) at b = 1 or b >= 16, so that its
-// loads overlap this layer's GEMM; after it elsewhere, where an early start takes bandwidth
-// from the running GEMM (docs/decisions/0016-consumer-trigger-before-wait.md, 0018).
+// where its prologue loads all of w into registers (N = 512, every b), so that its loads
+// overlap this layer's GEMM; after it elsewhere, where an early start takes bandwidth from the
+// running GEMM (docs/decisions/0016-consumer-trigger-before-wait.md, 0018, 0021).
 // POOLER_CONSUMER_TRIGGER=before_wait or after_wait overrides the rule at every b (for
 // comparisons and tests: both give the same bits); any other value is InvalidArgument.
 ConsumerTrigger consumer_trigger(const GemmPlan& gemm);
+
+// RowSplit::beside_ring for the consumers of width N (reduction length K): whether the rule's GEMM
+// streams w through a shared-memory ring at some b <= kRowSplitCtas (N >= 2048 at K = 8192;
+// decision 0021). A property of the width, so that every configuration of it splits rows alike.
+bool ring_at_few_rows(int n, int k);
 
 }  // namespace pooler

@@ -604,12 +604,22 @@ TEST(PoolerForms, ConsumerTriggerCanBeForced) {
 }
 
 TEST(PoolerForms, ConsumerRowsSpreadOverEightCtasAtMostAndOnlyForFewRows) {
-  // The rule: the most of 8, 4, 2 CTAs per row with b * CTAs <= 8, else one CTA per row.
+  // The rule: the most of 8, 4, 2 CTAs per row with b * CTAs <= 8, else one CTA per row; beside a
+  // GEMM without a ring, also 2 CTAs per row at b = 5 to 8 (16 in all).
+  RowSplit without_ring;
+  without_ring.beside_ring = false;
   for (int b = 1; b <= 32; ++b) {
     const int expected = b == 1 ? 8 : b == 2 ? 4 : b <= 4 ? 2 : 1;
     EXPECT_EQ(consumer_row_ctas(RowSplit{}, b), expected) << "b " << b;
-    for (int forced : {1, 2, 4, 8}) EXPECT_EQ(consumer_row_ctas(RowSplit{forced}, b), forced) << "b " << b;
+    EXPECT_EQ(consumer_row_ctas(without_ring, b), b >= 5 && b <= 8 ? 2 : expected) << "b " << b;
+    for (int forced : {1, 2, 4, 8}) {
+      EXPECT_EQ(consumer_row_ctas(RowSplit{forced}, b), forced) << "b " << b;
+      EXPECT_EQ(consumer_row_ctas(RowSplit{forced, false}, b), forced) << "b " << b;
+    }
   }
+  // Which widths' rule GEMMs have a ring at few rows: TP2's (N = 2048, b <= 8) and TP1's at
+  // b <= 4; not TP4's or TP8's.
+  for (int n : {512, 1024, 2048, 4096}) EXPECT_EQ(ring_at_few_rows(n, kHidden), n >= 2048) << "N " << n;
   for (int bad : {-1, 3, 16}) {
     testing::expect_mentions(testing::rejection([&] { consumer_row_ctas(RowSplit{bad}, 1); }),
                              {"ctas = " + std::to_string(bad), "expected 0 (the rule), 1, 2, 4 or 8"});

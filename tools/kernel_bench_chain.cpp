@@ -321,14 +321,17 @@ class ChainRig {
     publish_loaded_.emplace(*gpu.cache.get(publish_form(kPooled, tp, kCapacity), gpu.arch).entry, gpu.context);
     publisher_.emplace(*publish_loaded_, layout_, 0, peers_, state_.state());
     const MailboxBinding binding = state_.binding(mailbox_.get());
+    RowSplit rule;  // the Pooler's for this width
+    rule.beside_ring = ring_at_few_rows(n_, kHidden);
+    split_ = row_split_from_env(rule);
     for (int v = 0; v < 2; ++v) {
       for (int t = 0; t < 2; ++t) {
         const Form nvfp4 = nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v], kTriggers[t]);
         const Form bf16 = bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v], kTriggers[t]);
         nvfp4_loaded_[v][t].emplace(*gpu.cache.get(nvfp4, gpu.arch).entry, gpu.context);
         bf16_loaded_[v][t].emplace(*gpu.cache.get(bf16, gpu.arch).entry, gpu.context);
-        nvfp4_[v][t].emplace(*nvfp4_loaded_[v][t], layout_, 0, binding, kTimeoutNs, row_split_from_env());
-        bf16_[v][t].emplace(*bf16_loaded_[v][t], layout_, 0, binding, kTimeoutNs, row_split_from_env());
+        nvfp4_[v][t].emplace(*nvfp4_loaded_[v][t], layout_, 0, binding, kTimeoutNs, split_);
+        bf16_[v][t].emplace(*bf16_loaded_[v][t], layout_, 0, binding, kTimeoutNs, split_);
       }
     }
     POOLER_CU(cuStreamSynchronize(gpu.stream), "setting up the chain");
@@ -432,8 +435,7 @@ class ChainRig {
         nvfp4_consumer_form(kPooled, tp_, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
                             consumer_trigger(GemmPlan(b, n_, kHidden, shape)), true);
     const LoadedForm loaded(*gpu_.cache.get(consumer_form, gpu_.arch).entry, gpu_.context);
-    const Nvfp4ConsumerLauncher consumer(loaded, layout_, 0, state_.binding(mailbox_.get()), kTimeoutNs,
-                                         row_split_from_env());
+    const Nvfp4ConsumerLauncher consumer(loaded, layout_, 0, state_.binding(mailbox_.get()), kTimeoutNs, split_);
     const GemmTrace gemm_trace = gemm.trace();
     const ConsumerTrace consumer_trace = pooler::consumer_trace(loaded, kCapacity);
     constexpr int kLaunches = kConsumerTraceLaunches;
@@ -562,6 +564,7 @@ class ChainRig {
   const ChainOptions& o_;
   int tp_, n_;
   MailboxLayout layout_;
+  RowSplit split_;  // the consumers' CTAs per row: the Pooler's rule for this width
   DeviceBuffer weights_, x_, norm_weight_, global_scale_, mailbox_;
   MailboxState state_;
   DeviceBuffer c_, c_stock_, packed_, scales_, rows_, normed_, gathered_, stock_normed_, stock_packed_, stock_scales_;

@@ -13,13 +13,18 @@ inline constexpr int kMaxConsumerRowCtas = 8;
 
 struct RowSplit {
   int ctas = 0;  // 0: the rule (consumer_row_ctas); else 1, 2, 4 or 8
+  // Whether the layers' GEMM streams w through a shared-memory ring at some b <= 8 (the rule's
+  // GEMM at TP2's width): its CTAs fill the SMs, so the rule keeps the consumers to fewer CTAs.
+  bool beside_ring = true;
 };
 
 // CTAs per row for b rows: split.ctas when set, else the rule: the most of 8, 4, 2 that keeps
 // b * row_ctas <= kRowSplitCtas, else 1 (8 at b = 1, 4 at b = 2, 2 at b = 3 and 4, 1 from 5 rows:
-// more CTAs than that crowd the next GEMM's prologue off the SMs; decision 0020). InvalidArgument
-// unless split.ctas is 0, 1, 2, 4 or 8.
+// more CTAs than that crowd the next GEMM's prologue off the SMs; decision 0020); and 2 at b = 5
+// to 8 unless split.beside_ring (16 CTAs in all beside a GEMM without a ring; decision 0021).
+// InvalidArgument unless split.ctas is 0, 1, 2, 4 or 8.
 inline constexpr int kRowSplitCtas = 8;
+inline constexpr int kRowSplitCtasWithoutRing = 16;
 int consumer_row_ctas(const RowSplit& split, int b);
 
 // POOLER_CONSUMER_ROW_CTAS: "auto" (or unset: `fallback`), or 1, 2, 4, 8 (InvalidArgument
