@@ -41,16 +41,17 @@ inline constexpr int kMaxGemmRows = 32;
 // SM (128 registers) for rows <= 8 or a single unrolled round, else one. Then,
 // for N >= 2048 and rows <= 8 (docs/decisions/0003), a shared-memory
 // ring of at least 2 stages within 100 KiB per CTA; POOLER_GEMM_RING=off|on
-// overrides that choice (for comparisons). At N <= 1024 with a grid of at
-// least 128 CTAs (TP4, TP8 at K = 8192) instead the CTA's whole share of w in
-// shared memory, loaded before the PDL wait (w_on_chip, where it fits);
+// overrides that choice (for comparisons). At N = 1024 with one row (TP4 at
+// K = 8192) instead the CTA's whole share of w in shared memory, two CTAs per
+// SM, loaded before the PDL wait (w_on_chip; docs/decisions/0014);
 // POOLER_GEMM_ON_CHIP=off|on overrides that (for comparisons; the same bits).
-// Last, async_reduce where the prologue loads all of w (w on chip, or
-// registers in one unrolled round: N = 512 at K = 8192) and rows <= 4
-// (docs/decisions/0006). Throws InvalidArgument when no shape fits (n not a
+// Last, async_reduce wherever there is a cluster and no ring, and rows <= 8 or
+// the prologue loads all of w (w on chip, or registers in one unrolled round:
+// N = 512 at K = 8192) (docs/decisions/0006, 0021); POOLER_GEMM_ASYNC_REDUCE=
+// off|on overrides that. Throws InvalidArgument when no shape fits (n not a
 // multiple of 16, k not a multiple of 32, rows outside [1, 32], too much
-// shared memory) or POOLER_GEMM_RING or POOLER_GEMM_ON_CHIP is neither unset,
-// on nor off.
+// shared memory) or POOLER_GEMM_RING, POOLER_GEMM_ON_CHIP or
+// POOLER_GEMM_ASYNC_REDUCE is neither unset, on nor off.
 PoolerGemmShape choose_gemm_shape(int n, int k, int rows);
 
 // The rule without the on-chip path: w streamed through registers or a ring,
