@@ -2,7 +2,8 @@
 // kernel_templates/gather/row_split.cuh). Each CTA of a row reads and sums the whole row, so all
 // of them hold the same total, bit for bit, and norms and quantizes 1 / row_ctas of it: the
 // quantize, the consumer's longest step after its read, then runs on row_ctas SMs instead of one
-// (docs/design/protocol.md, "A row over several CTAs"; docs/decisions/0020-consumer-row-over-ctas.md).
+// (docs/design/protocol.md, "A row over several CTAs";
+// docs/decisions/0020-consumer-stage-hand-over-and-row-split.md).
 #pragma once
 
 namespace pooler {
@@ -14,7 +15,8 @@ inline constexpr int kMaxConsumerRowCtas = 8;
 struct RowSplit {
   int ctas = 0;  // 0: the rule (consumer_row_ctas); else 1, 2, 4 or 8
   // Whether the layers' GEMM streams w through a shared-memory ring at some b <= 8 (the rule's
-  // GEMM at TP2's width): its CTAs fill the SMs, so the rule keeps the consumers to fewer CTAs.
+  // GEMM at the TP1 and TP2 widths): its CTAs fill the SMs, so the rule keeps the consumers to
+  // fewer CTAs (ring_at_few_rows in runtime/pooler_forms.hpp).
   bool beside_ring = true;
 };
 

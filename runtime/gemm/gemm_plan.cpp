@@ -180,8 +180,8 @@ bool choose_on_chip(int n, int rows, int k, PoolerGemmShape& s) {
 
 // The reduction for a chosen shape, in place: async (st.async into the summing
 // CTA's mbarrier) instead of a cluster barrier, where it pays in the pooler's
-// chain (docs/decisions/0006-async-reduction.md, 0021-early-trigger-and-async-
-// reduction-in-the-chain.md): every shape with a cluster and no ring that
+// chain (docs/decisions/0006-async-reduction.md,
+// 0021-chain-rules-after-the-hand-over.md): every shape with a cluster and no ring that
 // has at most 8 rows or loads all of w in its prologue (N = 512 at K = 8192,
 // or w on chip). Elsewhere (9-32 rows streaming w through the loop) it was
 // slower at some shapes (N = 1024, 16 rows; N = 2048, 12; N = 4096, 24).
