@@ -36,6 +36,12 @@ bool ring_at_few_rows(int n, int k) {
   return false;
 }
 
+RowSplit consumer_row_split(int n, int k) {
+  RowSplit rule;
+  rule.beside_ring = ring_at_few_rows(n, k);
+  return row_split_from_env(rule);
+}
+
 PoolerForms pooler_forms(const PoolerConfig& config) {
   PoolerForms out;
   const std::set<int> batches(config.batches.begin(), config.batches.end());

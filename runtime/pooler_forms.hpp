@@ -98,4 +98,9 @@ ConsumerTrigger consumer_trigger(const GemmPlan& gemm);
 // decision 0021). A property of the width, so that every configuration of it splits rows alike.
 bool ring_at_few_rows(int n, int k);
 
+// The consumers' row split at width N (reduction length K), as the Pooler and
+// pooler-kernel-bench --chain use it: the rule with beside_ring = ring_at_few_rows(n, k), unless
+// POOLER_CONSUMER_ROW_CTAS forces a count (row_split_from_env).
+RowSplit consumer_row_split(int n, int k);
+
 }  // namespace pooler

@@ -219,9 +219,7 @@ void Pooler::Impl::load_mailbox() {
   const CUcontext ctx = context->get();
   const MailboxBinding binding = state->binding(mailbox->local());
   const auto timeout_ns = static_cast<unsigned long long>(o.spin_timeout.count());
-  RowSplit rule;
-  rule.beside_ring = ring_at_few_rows(layout.width(), o.hidden);
-  const RowSplit split = row_split_from_env(rule);  // the rule unless POOLER_CONSUMER_ROW_CTAS is set
+  const RowSplit split = consumer_row_split(layout.width(), o.hidden);
   auto load = [&](std::size_t index) -> const LoadedForm& {
     loaded.push_back(std::make_unique<LoadedForm>(*lookups[index].entry, ctx));
     return *loaded.back();

@@ -619,7 +619,11 @@ TEST(PoolerForms, ConsumerRowsSpreadOverEightCtasAtMostAndOnlyForFewRows) {
   }
   // Which widths' rule GEMMs have a ring at few rows: TP2's (N = 2048, b <= 8) and TP1's at
   // b <= 4; not TP4's or TP8's.
-  for (int n : {512, 1024, 2048, 4096}) EXPECT_EQ(ring_at_few_rows(n, kHidden), n >= 2048) << "N " << n;
+  for (int n : {512, 1024, 2048, 4096}) {
+    EXPECT_EQ(ring_at_few_rows(n, kHidden), n >= 2048) << "N " << n;
+    EXPECT_EQ(consumer_row_split(n, kHidden).beside_ring, n >= 2048) << "N " << n;
+    EXPECT_EQ(consumer_row_split(n, kHidden).ctas, 0) << "the rule, unless forced";
+  }
   for (int bad : {-1, 3, 16}) {
     testing::expect_mentions(testing::rejection([&] { consumer_row_ctas(RowSplit{bad}, 1); }),
                              {"ctas = " + std::to_string(bad), "expected 0 (the rule), 1, 2, 4 or 8"});
@@ -636,6 +640,7 @@ TEST(PoolerForms, ConsumerRowSplitCanBeForced) {
   EXPECT_EQ(row_split_from_env().ctas, 0);
   setenv("POOLER_CONSUMER_ROW_CTAS", "4", 1);
   EXPECT_EQ(row_split_from_env().ctas, 4);
+  EXPECT_EQ(consumer_row_split(512, kHidden).ctas, 4) << "the Pooler's split follows the override";
   setenv("POOLER_CONSUMER_ROW_CTAS", "3", 1);
   testing::expect_mentions(testing::rejection([&] { row_split_from_env(); }),
                            {"POOLER_CONSUMER_ROW_CTAS = \"3\"", "auto, 1, 2, 4, 8 or unset"});

@@ -321,9 +321,7 @@ class ChainRig {
     publish_loaded_.emplace(*gpu.cache.get(publish_form(kPooled, tp, kCapacity), gpu.arch).entry, gpu.context);
     publisher_.emplace(*publish_loaded_, layout_, 0, peers_, state_.state());
     const MailboxBinding binding = state_.binding(mailbox_.get());
-    RowSplit rule;  // the Pooler's for this width
-    rule.beside_ring = ring_at_few_rows(n_, kHidden);
-    split_ = row_split_from_env(rule);
+    split_ = consumer_row_split(n_, kHidden);  // the Pooler's for this width
     for (int v = 0; v < 2; ++v) {
       for (int t = 0; t < 2; ++t) {
         const Form nvfp4 = nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v], kTriggers[t]);

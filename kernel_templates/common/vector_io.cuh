@@ -1,5 +1,5 @@
-// 16 BF16 values as one thread's 8 words through ptx.cuh's 16-byte accesses,
-// whatever the compiler proves about alignment. Addresses: 16-byte aligned.
+// A thread's BF16 words (16 values as 8 words, or fewer) through ptx.cuh's 16-byte accesses,
+// whatever the compiler proves about alignment. Addresses: 16-byte aligned unless a function says otherwise.
 #pragma once
 
 #include "numerics.cuh"
@@ -26,6 +26,20 @@ POOLER_DEVICE void st_global_16xbf16(u16* address, const u32 (&x)[8]) {
   const u32 hi[4] = {x[4], x[5], x[6], x[7]};
   st_global_v4(address, lo);
   st_global_v4(address + 8, hi);
+}
+
+// kWords = 1, 2 or 4 words (2, 4 or 8 BF16 values) in one store, at a 4 * kWords-byte aligned
+// address: a thread's slice of a row split over CTAs (row_split.cuh).
+template <int kWords>
+POOLER_DEVICE void st_global_words(u16* address, const u32 (&v)[kWords]) {
+  static_assert(kWords == 1 || kWords == 2 || kWords == 4, "one store of 4, 8 or 16 bytes");
+  if constexpr (kWords == 4) {
+    st_global_v4(address, v);
+  } else if constexpr (kWords == 2) {
+    st_global_v2(address, v[0], v[1]);
+  } else {
+    *reinterpret_cast<u32*>(address) = v[0];
+  }
 }
 
 }  // namespace pooler

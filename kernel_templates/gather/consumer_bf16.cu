@@ -25,18 +25,6 @@ namespace {
 
 using namespace pooler;
 
-// kWords words (2, 4 or 8 columns) at a 4 * kWords-byte aligned address.
-template <int kWords>
-__device__ __forceinline__ void st_global_words(u16* address, const u32 (&v)[kWords]) {
-  if constexpr (kWords == 4) {
-    st_global_v4(address, v);
-  } else if constexpr (kWords == 2) {
-    st_global_v2(address, v[0], v[1]);
-  } else {
-    *reinterpret_cast<u32*>(address) = v[0];
-  }
-}
-
 // A row over several CTAs: thread t norms and stores kWords words of its CTA's slice, read back
 // from the stashed row.
 template <int kWords>
