@@ -129,8 +129,10 @@ void Pooler::Impl::all_gather(CUdeviceptr block, int b, CUstream stream) const {
   }
 }
 
-// The consumer of `layer` into `out` (checked by the caller).
-ExpertInput Pooler::Impl::gather_to(int layer, int b, const ExpertInput& out, CUstream stream) {
+// The consumer of `layer` into `out` (checked by the caller). `after_publish`: launched right after
+// this call's publishing kernel (run()), where the polling consumer may follow it; gather() may
+// follow any kernel of the caller's, so it waits where run() polls.
+ExpertInput Pooler::Impl::gather_to(int layer, int b, const ExpertInput& out, CUstream stream, bool after_publish) {
   const PoolerLayer& spec = options.layers[static_cast<std::size_t>(layer)];
   ensure_current(context->get());
   ExpertInput result;
@@ -151,7 +153,9 @@ ExpertInput Pooler::Impl::gather_to(int layer, int b, const ExpertInput& out, CU
     }
     return result;
   }
-  const auto trigger = static_cast<std::size_t>(trigger_by_rows[static_cast<std::size_t>(b)]);
+  ConsumerTrigger chosen = trigger_by_rows[static_cast<std::size_t>(b)];
+  if (chosen == ConsumerTrigger::polling && !after_publish) chosen = ConsumerTrigger::after_wait;
+  const auto trigger = static_cast<std::size_t>(chosen);
   if (const Nvfp4ConsumerLauncher* consumer = nvfp4_of_layer[trigger][static_cast<std::size_t>(layer)]) {
     consumer->launch(stream, spec.norm_weight.data, spec.global_scale->data, out.packed.data, out.scales.data, b, layer,
                      options.enable_pdl);
@@ -238,7 +242,7 @@ ExpertInput Pooler::gather(int layer, int b, CUstream stream) {
   s.check_usable();
   s.layer_at(layer, "gather");
   s.gemm_for(b, "gather", stream);
-  return s.gather_to(layer, b, s.scratch_outputs(layer, b), stream);
+  return s.gather_to(layer, b, s.scratch_outputs(layer, b), stream, false);
 }
 
 ExpertInput Pooler::gather(int layer, int b, const ExpertInput& out, CUstream stream) {
@@ -247,7 +251,7 @@ ExpertInput Pooler::gather(int layer, int b, const ExpertInput& out, CUstream st
   s.layer_at(layer, "gather");
   s.gemm_for(b, "gather", stream);
   s.check_outputs(layer, b, out, "gather");
-  return s.gather_to(layer, b, out, stream);
+  return s.gather_to(layer, b, out, stream, false);
 }
 
 ExpertInput Pooler::run(int layer, const TensorView& x, CUstream stream) {
@@ -258,7 +262,7 @@ ExpertInput Pooler::run(int layer, const TensorView& x, CUstream stream) {
   const PoolerGemm& gemm = s.gemm_for(b, "run", stream);
   if (s.launches_once(layer, b)) return s.one_launch_to(layer, x, s.scratch_outputs(layer, b), stream);
   s.project_and_publish(spec, x, gemm, stream);
-  return s.gather_to(layer, b, s.scratch_outputs(layer, b), stream);
+  return s.gather_to(layer, b, s.scratch_outputs(layer, b), stream, true);
 }
 
 ExpertInput Pooler::run(int layer, const TensorView& x, const ExpertInput& out, CUstream stream) {
@@ -270,7 +274,7 @@ ExpertInput Pooler::run(int layer, const TensorView& x, const ExpertInput& out, 
   s.check_outputs(layer, b, out, "run");
   if (s.launches_once(layer, b)) return s.one_launch_to(layer, x, out, stream);
   s.project_and_publish(spec, x, gemm, stream);
-  return s.gather_to(layer, b, out, stream);
+  return s.gather_to(layer, b, out, stream, true);
 }
 
 TensorView Pooler::projection() const {

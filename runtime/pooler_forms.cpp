@@ -22,11 +22,17 @@ std::vector<NormConstants> distinct(const std::vector<NormConstants>& norms) {
 
 }  // namespace
 
+bool gemm_triggers_after_its_wait(const GemmPlan& gemm) {
+  return !gemm.shape().w_on_chip && !gemm.prologue_holds_all_of_w();
+}
+
 ConsumerTrigger consumer_trigger(const GemmPlan& gemm) {
-  const std::string mode = env_choice("POOLER_CONSUMER_TRIGGER", {"before_wait", "after_wait"});
-  if (!mode.empty()) return mode == "before_wait" ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait;
-  const bool early = gemm.shape().w_on_chip || gemm.prologue_holds_all_of_w();
-  return early ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait;
+  const std::string mode = env_choice("POOLER_CONSUMER_TRIGGER", {"before_wait", "after_wait", "polling"});
+  if (mode == "before_wait") return ConsumerTrigger::before_wait;
+  if (mode == "after_wait") return ConsumerTrigger::after_wait;
+  if (!gemm_triggers_after_its_wait(gemm)) return ConsumerTrigger::before_wait;
+  if (mode == "polling" || gemm.rows() <= kPollingRows) return ConsumerTrigger::polling;
+  return ConsumerTrigger::after_wait;
 }
 
 bool ring_at_few_rows(int n, int k) {
@@ -69,10 +75,9 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
   if (config.mailbox) {
     for (const GemmPlan& plan : out.gemm_plans) out.consumer_triggers.push_back(consumer_trigger(plan));
   }
-  const bool any_before_wait = out.any_before_wait();
   auto consumers = [&](const std::vector<NormConstants>& norms, auto make, ConsumerTrigger trigger) {
     const std::size_t first = out.forms.size();
-    if (config.mailbox && (trigger == ConsumerTrigger::after_wait || any_before_wait)) {
+    if (config.mailbox && (trigger == ConsumerTrigger::after_wait || out.any(trigger))) {
       for (const NormConstants& norm : norms) {
         out.forms.push_back(
             make(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, variant, trigger, false));
@@ -84,6 +89,8 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
   out.first_edge = consumers(out.edge_norms, bf16_consumer_form, ConsumerTrigger::after_wait);
   out.first_nvfp4_before_wait = consumers(out.nvfp4_norms, nvfp4_consumer_form, ConsumerTrigger::before_wait);
   out.first_edge_before_wait = consumers(out.edge_norms, bf16_consumer_form, ConsumerTrigger::before_wait);
+  out.first_nvfp4_polling = consumers(out.nvfp4_norms, nvfp4_consumer_form, ConsumerTrigger::polling);
+  out.first_edge_polling = consumers(out.edge_norms, bf16_consumer_form, ConsumerTrigger::polling);
   out.first_gathered_nvfp4 = out.forms.size();
   if (config.gathered) {
     for (const NormConstants& norm : out.nvfp4_norms) {

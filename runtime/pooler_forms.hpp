@@ -47,8 +47,9 @@ struct PoolerConfig {
 
 // The forms, in this order: a GEMM per batch (ascending, duplicates dropped),
 // when `mailbox`: when `fuse_publish` a publishing GEMM per batch, the publish, the NVFP4 consumers, the BF16
-// consumers (each in the order given, duplicates dropped), and where some batch's consumers trigger before
-// their wait (consumer_trigger) both again with that trigger; when `gathered`: the gathered NVFP4 consumers, the
+// consumers (each in the order given, duplicates dropped), then where some batch's consumers trigger before
+// their wait (consumer_trigger) both again with that trigger, then likewise where some batch's consumers
+// poll; when `gathered`: the gathered NVFP4 consumers, the
 // gathered BF16 consumers (same order); then, when `stock`, a stock norm per distinct norm and the stock quantize;
 // then, when `one_launch`, per batch the one-launch GEMM of each NVFP4 norm, then of each edge norm.
 // Index fields of a part that is not there point past the forms before it (an empty range).
@@ -62,16 +63,28 @@ struct PoolerForms {
   std::size_t first_fused_gemm =
       0;  // when fuse_publish: the publishing GEMM of batches[i] is forms[first_fused_gemm + i]
   // When mailbox: the consumers' trigger at batches[i] (consumer_trigger of its GEMM). The NVFP4
-  // consumer of nvfp4_norms[i] is forms[first_nvfp4 + i] (after_wait) and, where some batch needs it,
-  // forms[first_nvfp4_before_wait + i]; the BF16 consumers likewise from first_edge and
-  // first_edge_before_wait.
+  // consumer of nvfp4_norms[i] is forms[first_nvfp4 + i] (after_wait: always there, since gather()
+  // never polls) and, where some batch needs them, forms[first_nvfp4_before_wait + i] and
+  // forms[first_nvfp4_polling + i]; the BF16 consumers likewise from first_edge,
+  // first_edge_before_wait and first_edge_polling.
   std::vector<ConsumerTrigger> consumer_triggers;
-  bool any_before_wait() const {
-    return std::find(consumer_triggers.begin(), consumer_triggers.end(), ConsumerTrigger::before_wait) !=
-           consumer_triggers.end();
+  bool any(ConsumerTrigger trigger) const {
+    return std::find(consumer_triggers.begin(), consumer_triggers.end(), trigger) != consumer_triggers.end();
   }
-  std::size_t publish = 0, first_nvfp4 = 0, first_nvfp4_before_wait = 0, first_edge = 0, first_edge_before_wait = 0,
-              first_stock_norm = 0, stock_quantize = 0;
+  bool any_before_wait() const { return any(ConsumerTrigger::before_wait); }
+  std::size_t publish = 0, first_nvfp4 = 0, first_nvfp4_before_wait = 0, first_nvfp4_polling = 0, first_edge = 0,
+              first_edge_before_wait = 0, first_edge_polling = 0, first_stock_norm = 0, stock_quantize = 0;
+  // The index of the consumer form of `trigger` for nvfp4_norms[norm] (edge: false) or edge_norms[norm].
+  std::size_t consumer_form(bool edge, ConsumerTrigger trigger, std::size_t norm) const {
+    switch (trigger) {
+      case ConsumerTrigger::before_wait:
+        return (edge ? first_edge_before_wait : first_nvfp4_before_wait) + norm;
+      case ConsumerTrigger::polling:
+        return (edge ? first_edge_polling : first_nvfp4_polling) + norm;
+      default:
+        return (edge ? first_edge : first_nvfp4) + norm;
+    }
+  }
   std::size_t first_gathered_nvfp4 = 0, first_gathered_edge = 0;  // when gathered: one per distinct norm each
   std::vector<GemmPlan> one_launch_plans;  // when one_launch: forms[first_one_launch + i] is one_launch_plans[i]
   std::size_t first_one_launch = 0;
@@ -84,13 +97,22 @@ struct PoolerForms {
 
 PoolerForms pooler_forms(const PoolerConfig& config);
 
-// When the mailbox consumers of a batch let the next launch (the next layer's GEMM, of the
-// same plan) start: before their PDL wait where that GEMM copies its whole w on chip, or
-// where its prologue loads all of w into registers (N = 512, every b), so that its loads
-// overlap this layer's GEMM; after it elsewhere, where an early start takes bandwidth from the
-// running GEMM (docs/decisions/0016-consumer-trigger-before-wait.md, 0018, 0021).
-// POOLER_CONSUMER_TRIGGER=before_wait or after_wait overrides the rule at every b (for
-// comparisons and tests: both give the same bits); any other value is InvalidArgument.
+// Whether a GEMM of this plan lets the next launch start only after its own PDL wait (the
+// template's !kAllOfWInPrologue): what a polling consumer after it needs.
+bool gemm_triggers_after_its_wait(const GemmPlan& gemm);
+
+// The polling consumer's batches: b <= kPollingRows (decision 0022).
+inline constexpr int kPollingRows = 8;
+
+// How the mailbox consumers of a batch stand to their GEMM and to the next launch (the next
+// layer's GEMM, of the same plan). before_wait where that GEMM triggers in its prologue (it copies
+// its whole w on chip, or loads all of it into registers: N = 512, every b), so that its loads
+// overlap this layer's GEMM; elsewhere the GEMM triggers after its own wait, and the consumer
+// polls (b <= kPollingRows) or triggers after its wait (decisions 0016, 0018, 0021, 0022).
+// POOLER_CONSUMER_TRIGGER overrides it (for comparisons and tests: all give the same bits):
+// before_wait or after_wait at every b, polling at every b whose GEMM triggers after its wait
+// (before_wait elsewhere); any other value is InvalidArgument. run() only: gather() launches the
+// after_wait consumer where this says polling (its publish may follow any kernel of the caller's).
 ConsumerTrigger consumer_trigger(const GemmPlan& gemm);
 
 // RowSplit::beside_ring for the consumers of width N (reduction length K): whether the rule's GEMM

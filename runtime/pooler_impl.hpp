@@ -57,9 +57,9 @@ struct Pooler::Impl {
   // The mailbox consumers by (trigger, norm), and per trigger (index: ConsumerTrigger) and layer.
   std::map<std::pair<ConsumerTrigger, NormKey>, Nvfp4ConsumerLauncher> nvfp4_consumers;
   std::map<std::pair<ConsumerTrigger, NormKey>, Bf16ConsumerLauncher> bf16_consumers;
-  std::array<std::vector<const Nvfp4ConsumerLauncher*>, 2> nvfp4_of_layer;  // null for edge layers
-  std::array<std::vector<const Bf16ConsumerLauncher*>, 2> bf16_of_layer;    // null for NVFP4 layers
-  std::vector<ConsumerTrigger> trigger_by_rows;  // index b: the consumers' trigger (consumer_trigger)
+  std::array<std::vector<const Nvfp4ConsumerLauncher*>, kConsumerTriggers> nvfp4_of_layer;  // null for edge layers
+  std::array<std::vector<const Bf16ConsumerLauncher*>, kConsumerTriggers> bf16_of_layer;    // null for NVFP4 layers
+  std::vector<ConsumerTrigger> trigger_by_rows;  // index b: run()'s consumers' trigger (consumer_trigger)
   std::map<std::pair<bool, NormKey>, GatheredConsumerLauncher> gathered_consumers;  // nccl: by (nvfp4, norm)
   std::vector<const GatheredConsumerLauncher*> gathered_of_layer;                   // nccl: per layer
   std::vector<std::string> form_lines;
@@ -96,7 +96,7 @@ struct Pooler::Impl {
   void check_outputs(int layer, int b, const ExpertInput& out, const char* call) const;
   ExpertInput scratch_outputs(int layer, int b) const;
   void project_and_publish(const PoolerLayer& spec, const TensorView& x, const PoolerGemm& gemm, CUstream stream);
-  ExpertInput gather_to(int layer, int b, const ExpertInput& out, CUstream stream);
+  ExpertInput gather_to(int layer, int b, const ExpertInput& out, CUstream stream, bool after_publish);
   ExpertInput one_launch_to(int layer, const TensorView& x, const ExpertInput& out, CUstream stream);
   // Whether run() of `layer` at b launches one kernel (one_launch, and the form fits the GPU).
   bool launches_once(int layer, int b) const {

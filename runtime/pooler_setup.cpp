@@ -237,16 +237,16 @@ void Pooler::Impl::load_mailbox() {
   for (std::size_t i = 0; i < plan.batches.size(); ++i) {
     trigger_by_rows[static_cast<std::size_t>(plan.batches[i])] = plan.consumer_triggers[i];
   }
-  for (ConsumerTrigger trigger : {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait}) {
-    const bool before = trigger == ConsumerTrigger::before_wait;
-    if (before && !plan.any_before_wait()) break;
+  for (ConsumerTrigger trigger :
+       {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait, ConsumerTrigger::polling}) {
+    if (trigger != ConsumerTrigger::after_wait && !plan.any(trigger)) continue;
     for (std::size_t i = 0; i < plan.nvfp4_norms.size(); ++i) {
-      const std::size_t form = (before ? plan.first_nvfp4_before_wait : plan.first_nvfp4) + i;
+      const std::size_t form = plan.consumer_form(false, trigger, i);
       nvfp4_consumers.emplace(std::make_pair(trigger, norm_key(plan.nvfp4_norms[i])),
                               Nvfp4ConsumerLauncher(load(form), layout, rank, binding, timeout_ns, split));
     }
     for (std::size_t i = 0; i < plan.edge_norms.size(); ++i) {
-      const std::size_t form = (before ? plan.first_edge_before_wait : plan.first_edge) + i;
+      const std::size_t form = plan.consumer_form(true, trigger, i);
       bf16_consumers.emplace(std::make_pair(trigger, norm_key(plan.edge_norms[i])),
                              Bf16ConsumerLauncher(load(form), layout, rank, binding, timeout_ns, split));
     }

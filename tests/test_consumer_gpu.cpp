@@ -15,7 +15,9 @@
 //   (h) everything with both consumer variants (ConsumerVariant): the one-round-trip
 //       consumer leaves the mailbox all sentinel after a call (it clears what it read);
 //       and with the one-round-trip consumer triggering the next launch before its wait
-//       (ConsumerTrigger::before_wait, as the Pooler's where the next GEMM holds w on chip)
+//       (ConsumerTrigger::before_wait, as the Pooler's where the next GEMM holds w on chip),
+//       and both variants polling before their wait (ConsumerTrigger::polling, right after the
+//       publish kernels, as the Pooler's run() after a GEMM that triggers after its wait)
 //
 // Every wait on the GPU has a hard wall-clock limit: a hang ends the program with a
 // message instead of stalling the test run.
@@ -126,22 +128,26 @@ Bf16s random_weight(std::mt19937_64& random) {
 
 constexpr std::array<ConsumerVariant, 2> kVariants = {ConsumerVariant::baseline, ConsumerVariant::one_round_trip};
 
-// nvfp4[i], bf16[i]: the consumers of variant kVariants[i] (i < 2) triggering after their
-// wait, and [2] the one-round-trip consumers triggering before it.
+// nvfp4[i], bf16[i]: [0] the baseline and [1] the one-round-trip consumers triggering after their
+// wait, [2] the one-round-trip consumers triggering before it, [3] the one-round-trip and [4] the
+// baseline consumers polling (RigSetup::form).
 struct TpForms {
-  std::optional<LoadedForm> publish, nvfp4[3], bf16[3];
+  std::optional<LoadedForm> publish, nvfp4[5], bf16[5];
 };
 
 struct Suite : testing::LoopbackSuite {
   explicit Suite(int ordinal) : LoopbackSuite(ordinal) {
     std::vector<Form> forms =
         mailbox_kernel_forms(kPooled, std::vector<int>(kTps.begin(), kTps.end()), kCapacity, kEps, kGainCenter);
-    for (ConsumerTrigger trigger : {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait}) {
+    const std::pair<ConsumerVariant, ConsumerTrigger> more[] = {
+        {ConsumerVariant::one_round_trip, ConsumerTrigger::after_wait},
+        {ConsumerVariant::one_round_trip, ConsumerTrigger::before_wait},
+        {ConsumerVariant::one_round_trip, ConsumerTrigger::polling},
+        {ConsumerVariant::baseline, ConsumerTrigger::polling}};
+    for (const auto& [variant, trigger] : more) {
       for (int tp : kTps) {
-        forms.push_back(
-            nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip, trigger));
-        forms.push_back(
-            bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip, trigger));
+        forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, variant, trigger));
+        forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, variant, trigger));
       }
     }
     const std::vector<Lookup> compiled = compile(forms);
@@ -154,7 +160,7 @@ struct Suite : testing::LoopbackSuite {
     }
     stock_norm.emplace(*compiled[i++].entry, context.get());
     stock_quantize.emplace(*compiled[i++].entry, context.get());
-    for (std::size_t form : {1, 2}) {
+    for (std::size_t form : {1, 2, 3, 4}) {
       for (int tp : kTps) {
         TpForms& f = by_tp[tp];
         f.nvfp4[form].emplace(*compiled[i++].entry, context.get());
@@ -171,9 +177,9 @@ struct Suite : testing::LoopbackSuite {
 class ConsumerGpu : public testing::LoopbackTest<Suite> {};
 
 // One rig's tp, consumer variant, trigger and CTAs per row; every test runs each of its tps with
-// both variants, and the one-round-trip consumer with both triggers, CTAs per row by the rule (8 at
-// b = 1, 4 at b = 2, 2 at b = 3 and 4, then 1); then one CTA per row with both variants, 2 and 8 with
-// one each.
+// both variants, and the one-round-trip consumer with each trigger, CTAs per row by the rule (8 at
+// b = 1, 4 at b = 2, 2 at b = 3 and 4, then 1); the baseline polling; then one CTA per row with both
+// variants and with the polling one-round-trip consumer, 2 and 8 with one each.
 struct RigSetup {
   int tp = 0;
   ConsumerVariant variant = ConsumerVariant::baseline;
@@ -181,11 +187,14 @@ struct RigSetup {
   int row_ctas = 0;  // RowSplit::ctas: 0 for the rule
   std::string label() const {
     return std::string(", consumer ") + to_string(variant) +
-           (trigger == ConsumerTrigger::before_wait ? ", trigger before wait" : "") +
+           (trigger == ConsumerTrigger::before_wait ? ", trigger before wait"
+            : trigger == ConsumerTrigger::polling   ? ", polling"
+                                                    : "") +
            (row_ctas == 0 ? std::string() : ", " + std::to_string(row_ctas) + " CTAs per row");
   }
   // Its forms in TpForms' consumer arrays.
   std::size_t form() const {
+    if (trigger == ConsumerTrigger::polling) return variant == ConsumerVariant::baseline ? 4 : 3;
     return variant == ConsumerVariant::baseline ? 0 : trigger == ConsumerTrigger::after_wait ? 1 : 2;
   }
 };
@@ -197,12 +206,17 @@ std::vector<RigSetup> all_setups(std::vector<int> tps = std::vector<int>(kTps.be
   }
   for (int tp : tps) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::before_wait});
   for (ConsumerVariant v : kVariants) {
+    for (int tp : tps) out.push_back(RigSetup{tp, v, ConsumerTrigger::polling});
+  }
+  for (ConsumerVariant v : kVariants) {
     for (int tp : tps) out.push_back(RigSetup{tp, v, ConsumerTrigger::after_wait, 1});
   }
+  for (int tp : tps) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::polling, 1});
   for (int tp : tps) {
     if (tp == 1 || tp == 8)
       out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::after_wait, 2});
     if (tp == 2 || tp == 4) out.push_back(RigSetup{tp, ConsumerVariant::baseline, ConsumerTrigger::after_wait, 8});
+    if (tp == 2 || tp == 4) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::polling, 8});
   }
   return out;
 }
@@ -917,7 +931,9 @@ TEST_P(ConsumerGpu, MissingPeerTimesOutWithARecord) {
         EXPECT_EQ(record.stage, 1) << where;
         EXPECT_GE(record.row, 0) << where;
         EXPECT_LT(record.row, b) << where;
-        const bool own = tp == 1 && setup.variant == ConsumerVariant::one_round_trip;
+        // A polling consumer reads the stage itself: it polls for its own slot as for any other.
+        const bool own =
+            tp == 1 && setup.variant == ConsumerVariant::one_round_trip && setup.trigger != ConsumerTrigger::polling;
         if (own) {
           EXPECT_EQ(record.elapsed_ns, 0ull) << where << ": the missing hand-over is found at once";
         } else {

@@ -253,7 +253,8 @@ TEST(GemmConsumeForm, PoolerFormsListOnePerBatchAndNorm) {
 
 TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitWhereTheGemmHoldsWOnChip) {
   // At TP4's width the rule copies w on chip at b = 1 only: that batch's consumers let the
-  // next launch start before their PDL wait ("_tbw" forms, TRIGGER_BEFORE_WAIT=1), b = 8's after.
+  // next launch start before their PDL wait ("_tbw" forms, TRIGGER_BEFORE_WAIT=1); b = 8's poll
+  // ("_poll" forms, POLLING=1); the after-wait forms are always there (gather() never polls).
   PoolerConfig config;
   config.tp = 4;
   config.batches = {8, 1};
@@ -265,34 +266,43 @@ TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitWhereTheGemmHoldsWOnChip) {
   ASSERT_TRUE(forms.gemm_plans[0].shape().w_on_chip);
   ASSERT_FALSE(forms.gemm_plans[1].shape().w_on_chip);
   EXPECT_EQ(forms.consumer_triggers,
-            (std::vector<ConsumerTrigger>{ConsumerTrigger::before_wait, ConsumerTrigger::after_wait}));
-  for (bool before : {false, true}) {
+            (std::vector<ConsumerTrigger>{ConsumerTrigger::before_wait, ConsumerTrigger::polling}));
+  for (ConsumerTrigger trigger :
+       {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait, ConsumerTrigger::polling}) {
+    const bool before = trigger == ConsumerTrigger::before_wait, polling = trigger == ConsumerTrigger::polling;
     for (std::size_t i = 0; i < forms.nvfp4_norms.size(); ++i) {
-      const Form& f = forms.forms.at((before ? forms.first_nvfp4_before_wait : forms.first_nvfp4) + i);
+      const Form& f = forms.forms.at(forms.consumer_form(false, trigger, i));
       const NormConstants& norm = forms.nvfp4_norms[i];
-      EXPECT_EQ(f.name(),
-                nvfp4_consumer_form(4096, 4, kCapacity, norm.eps, norm.gain_center, ConsumerVariant::one_round_trip,
-                                    before ? ConsumerTrigger::before_wait : ConsumerTrigger::after_wait)
-                    .name());
+      EXPECT_EQ(f.name(), nvfp4_consumer_form(4096, 4, kCapacity, norm.eps, norm.gain_center,
+                                              ConsumerVariant::one_round_trip, trigger)
+                              .name());
       EXPECT_EQ(f.name().ends_with("_tbw"), before) << f.name();
+      EXPECT_EQ(f.name().ends_with("_poll"), polling) << f.name();
       EXPECT_NE(f.describe_constants().find(before ? "TRIGGER_BEFORE_WAIT=1" : "TRIGGER_BEFORE_WAIT=0"),
                 std::string::npos)
           << f.describe_constants();
+      EXPECT_NE(f.describe_constants().find(polling ? "POLLING=1" : "POLLING=0"), std::string::npos)
+          << f.describe_constants();
     }
-    const Form& edge = forms.forms.at(before ? forms.first_edge_before_wait : forms.first_edge);
+    const Form& edge = forms.forms.at(forms.consumer_form(true, trigger, 0));
     EXPECT_EQ(edge.name().ends_with("_tbw"), before) << edge.name();
+    EXPECT_EQ(edge.name().ends_with("_poll"), polling) << edge.name();
     EXPECT_NE(edge.name().find("pooler_consumer_bf16_1rt"), std::string::npos) << edge.name();
   }
-  EXPECT_EQ(forms.first_gathered_nvfp4, forms.first_edge_before_wait + forms.edge_norms.size());
+  EXPECT_EQ(forms.first_gathered_nvfp4, forms.first_edge_polling + forms.edge_norms.size());
 
-  // Where no batch holds w on chip, no before-wait consumer is compiled.
-  config.batches = {8, 16};
+  // Where no batch holds w on chip and none polls (b > kPollingRows), only after-wait consumers.
+  config.batches = {16, 32};
   const PoolerForms streaming = pooler_forms(config);
   EXPECT_EQ(streaming.consumer_triggers,
             (std::vector<ConsumerTrigger>{ConsumerTrigger::after_wait, ConsumerTrigger::after_wait}));
   EXPECT_EQ(streaming.first_nvfp4_before_wait, streaming.first_edge_before_wait);
-  EXPECT_EQ(streaming.first_edge_before_wait, streaming.first_gathered_nvfp4);
-  for (const Form& f : streaming.forms) EXPECT_FALSE(f.name().ends_with("_tbw")) << f.name();
+  EXPECT_EQ(streaming.first_edge_before_wait, streaming.first_nvfp4_polling);
+  EXPECT_EQ(streaming.first_edge_polling, streaming.first_gathered_nvfp4);
+  for (const Form& f : streaming.forms) {
+    EXPECT_FALSE(f.name().ends_with("_tbw")) << f.name();
+    EXPECT_FALSE(f.name().ends_with("_poll")) << f.name();
+  }
 }
 
 TEST(GemmConsumeForm, NameConstantsEntryAndRefusals) {
@@ -575,12 +585,32 @@ TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitAtTp8WidthsAtEveryBatch) {
     ASSERT_FALSE(plan.shape().w_on_chip) << "rows " << rows;
     EXPECT_EQ(consumer_trigger(plan), ConsumerTrigger::before_wait) << "rows " << rows;
   }
-  // Streaming w through the main loop (N = 1024 from b = 2, N = 2048, 4096): after the wait.
+  // Streaming w through the main loop (N = 1024 from b = 2, N = 2048, 4096): the GEMM triggers
+  // after its own wait, so its consumers poll up to kPollingRows rows and wait beyond.
   for (int n : {1024, 2048, 4096}) {
-    for (int rows : {2, 8, 16, 32}) {
+    for (int rows : {2, 3, 8, 9, 16, 32}) {
       const GemmPlan plan = choose_gemm_plan(n, kHidden, rows);
       EXPECT_FALSE(plan.prologue_holds_all_of_w()) << "N " << n << ", rows " << rows;
-      EXPECT_EQ(consumer_trigger(plan), ConsumerTrigger::after_wait) << "N " << n << ", rows " << rows;
+      EXPECT_TRUE(gemm_triggers_after_its_wait(plan)) << "N " << n << ", rows " << rows;
+      EXPECT_EQ(consumer_trigger(plan), rows <= kPollingRows ? ConsumerTrigger::polling : ConsumerTrigger::after_wait)
+          << "N " << n << ", rows " << rows;
+    }
+  }
+}
+
+TEST(PoolerForms, ConsumersPollOnlyAfterAGemmThatTriggersAfterItsWait) {
+  // The polling consumer reads the stage before its wait: valid only where the kernel before it
+  // (the publishing GEMM of the same plan) triggers after its own wait, the template's
+  // !kAllOfWInPrologue. Every width and b of the rule, and the shapes with w on chip.
+  for (int n : {512, 1024, 2048, 4096}) {
+    for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
+      const GemmPlan plan = choose_gemm_plan(n, kHidden, rows);
+      const GemmPlan publishing = plan.publishing(GemmPublish{4096 / n, kCapacity});
+      if (consumer_trigger(plan) == ConsumerTrigger::polling) {
+        EXPECT_FALSE(publishing.prologue_holds_all_of_w()) << "N " << n << ", rows " << rows;
+        EXPECT_FALSE(publishing.shape().w_on_chip) << "N " << n << ", rows " << rows;
+      }
+      EXPECT_EQ(gemm_triggers_after_its_wait(plan), !plan.shape().w_on_chip && !plan.prologue_holds_all_of_w());
     }
   }
 }
@@ -592,15 +622,23 @@ TEST(PoolerForms, ConsumerTriggerCanBeForced) {
   const GemmPlan on_chip = choose_gemm_plan(1024, kHidden, 1);
   const GemmPlan streaming = choose_gemm_plan(1024, kHidden, 8);
   ASSERT_TRUE(on_chip.shape().w_on_chip);
+  const GemmPlan many = choose_gemm_plan(1024, kHidden, 16);
   EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::before_wait);
-  EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::after_wait);
+  EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::polling);
+  EXPECT_EQ(consumer_trigger(many), ConsumerTrigger::after_wait);
   setenv("POOLER_CONSUMER_TRIGGER", "after_wait", 1);
   EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::after_wait);
+  EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::after_wait);
   setenv("POOLER_CONSUMER_TRIGGER", "before_wait", 1);
   EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::before_wait);
+  // Polling at every b whose GEMM triggers after its wait, never where it triggers in its prologue.
+  setenv("POOLER_CONSUMER_TRIGGER", "polling", 1);
+  EXPECT_EQ(consumer_trigger(many), ConsumerTrigger::polling);
+  EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::before_wait);
+  EXPECT_EQ(consumer_trigger(choose_gemm_plan(512, kHidden, 8)), ConsumerTrigger::before_wait);
   setenv("POOLER_CONSUMER_TRIGGER", "early", 1);
   testing::expect_mentions(testing::rejection([&] { consumer_trigger(streaming); }),
-                           {"POOLER_CONSUMER_TRIGGER = \"early\"", "before_wait, after_wait or unset"});
+                           {"POOLER_CONSUMER_TRIGGER = \"early\"", "before_wait, after_wait, polling or unset"});
 }
 
 TEST(PoolerForms, ConsumerRowsSpreadOverEightCtasAtMostAndOnlyForFewRows) {

@@ -18,7 +18,10 @@
 // to a signed zero), besides weight rows of -0.0 and +0.0. tp 1, 2, 4, 8; b 1, 2, 8, 16,
 // 32; 20 consecutive calls with changing b; PDL on and off; a CUDA-graph replay; the
 // launchers' refusals. Each with both consumer variants (ConsumerVariant; the one-round-trip
-// consumer leaves the mailbox all sentinel after a call, with nothing recorded to clear).
+// consumer leaves the mailbox all sentinel after a call, with nothing recorded to clear), and with
+// the one-round-trip consumer polling (ConsumerTrigger::polling) wherever the kernel before it
+// allows it: after the publish kernel always, after the fused GEMM where that GEMM triggers after
+// its own wait (as the Pooler's run()), else triggering after its wait.
 //
 // Every wait on the GPU has a hard wall-clock limit: a hang ends the program with a
 // message instead of stalling the test run. Outputs are poisoned with different bytes
@@ -46,6 +49,7 @@
 #include "runtime/comm/mailbox.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/gather/gather_kernels.hpp"
+#include "runtime/pooler_forms.hpp"
 #include "support/device_io.hpp"
 #include "support/loopback.hpp"
 #include "support/refusal.hpp"
@@ -63,7 +67,18 @@ constexpr float kGainCenter = 1.0f;
 constexpr std::array<int, 4> kTps = {1, 2, 4, 8};
 constexpr std::array<int, 5> kBatches = {1, 2, 8, 16, 32};
 constexpr int kConsumerRank = 0;
-constexpr std::array<ConsumerVariant, 2> kVariants = {ConsumerVariant::baseline, ConsumerVariant::one_round_trip};
+// The consumers each test runs: the two variants triggering after their wait, and the
+// one-round-trip consumer polling where it may.
+struct ConsumerChoice {
+  ConsumerVariant variant = ConsumerVariant::baseline;
+  bool polling = false;
+};
+constexpr std::array<ConsumerChoice, 3> kVariants = {ConsumerChoice{ConsumerVariant::baseline, false},
+                                                     ConsumerChoice{ConsumerVariant::one_round_trip, false},
+                                                     ConsumerChoice{ConsumerVariant::one_round_trip, true}};
+std::string to_string(const ConsumerChoice& choice) {
+  return std::string(pooler::to_string(choice.variant)) + (choice.polling ? ", polling where it may" : "");
+}
 // A consumer whose slots never fill gives up after this long and leaves a record: a
 // fused publish that misses a row shows up as a timeout, not a hang.
 constexpr unsigned long long kTimeoutNs = 200'000'000ull;
@@ -175,7 +190,7 @@ Bits make_x(std::mt19937_64& random, int b, Inputs inputs) {
 struct TpSetup {
   int tp = 0, n = 0;
   std::map<int, std::unique_ptr<PoolerGemm>> fused, plain;  // by b
-  std::optional<LoadedForm> publish, nvfp4[2];              // nvfp4[v]: the consumer of kVariants[v]
+  std::optional<LoadedForm> publish, nvfp4[3];              // baseline, one round trip, one round trip polling
   std::vector<DeviceBuffer> w;                              // per rank, [n, K]
 };
 
@@ -204,6 +219,8 @@ struct Suite : testing::LoopbackSuite {
       forms.push_back(publish_form(kPooled, tp, kCapacity));
       forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
       forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip));
+      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
+                                          ConsumerTrigger::polling));
     }
     const std::vector<Lookup> compiled = compile(forms);
     for (std::size_t i = 0; i < first_other; ++i) {
@@ -223,6 +240,7 @@ struct Suite : testing::LoopbackSuite {
       setup.publish.emplace(*compiled[i++].entry, context.get());
       setup.nvfp4[0].emplace(*compiled[i++].entry, context.get());
       setup.nvfp4[1].emplace(*compiled[i++].entry, context.get());
+      setup.nvfp4[2].emplace(*compiled[i++].entry, context.get());
       for (int r = 0; r < tp; ++r) {
         const Bits w = make_weights(random, setup.n);
         setup.w.emplace_back(w.size() * 2);
@@ -254,9 +272,10 @@ struct CallResult {
 
 class Rig {
  public:
-  Rig(const TpSetup& forms, bool pdl, std::mt19937_64& random, ConsumerVariant variant = ConsumerVariant::baseline)
+  Rig(const TpSetup& forms, bool pdl, std::mt19937_64& random, ConsumerChoice choice = ConsumerChoice{})
       : setup_(forms),
-        variant_(variant),
+        variant_(choice.variant),
+        polling_(choice.polling),
         pdl_(pdl),
         layout_(MailboxLayout::make(kPooled, forms.tp, kCapacity)),
         x_(sz(kCapacity) * sz(kHidden) * 2),
@@ -265,8 +284,12 @@ class Rig {
         fused_(std::make_unique<Path>(layout_, forms, stream_.get())),
         plain_(std::make_unique<Path>(layout_, forms, stream_.get())) {
     for (Path* path : {fused_.get(), plain_.get()}) {
-      path->consumer.emplace(*forms.nvfp4[variant == ConsumerVariant::baseline ? 0 : 1], layout_, kConsumerRank,
+      path->consumer.emplace(*forms.nvfp4[variant_ == ConsumerVariant::baseline ? 0 : 1], layout_, kConsumerRank,
                              path->state.binding(path->mailbox.get()), kTimeoutNs);
+      if (polling_) {
+        path->polling.emplace(*forms.nvfp4[2], layout_, kConsumerRank, path->state.binding(path->mailbox.get()),
+                              kTimeoutNs);
+      }
     }
     for (int r = 0; r < forms.tp; ++r) {
       publishers_.emplace_back(*forms.publish, layout_, r, plain_->peers, plain_->state.state());
@@ -301,8 +324,11 @@ class Rig {
       gemm.launch_publish(stream(), x_.get(), setup_.w[sz(r)].get(), fused_->c[sz(r)].get(), fused_->peers,
                           fused_->state.state(), r, pdl_);
     }
-    fused_->consumer->launch(stream(), weight_.get(), global_scale_.get(), fused_->packed.get(), fused_->scales.get(),
-                             b, layer, pdl_);
+    // Polling only where the GEMM lets the consumer start after its own wait (the Pooler's rule).
+    const bool polls = polling_ && gemm_triggers_after_its_wait(choose_gemm_plan(n(), kHidden, b));
+    (polls ? fused_->polling : fused_->consumer)
+        ->launch(stream(), weight_.get(), global_scale_.get(), fused_->packed.get(), fused_->scales.get(), b, layer,
+                 pdl_);
   }
 
   void enqueue_plain(int b, int layer) {
@@ -311,8 +337,10 @@ class Rig {
       gemm.launch(stream(), x_.get(), setup_.w[sz(r)].get(), plain_->c[sz(r)].get(), pdl_);
       publishers_[sz(r)].launch(stream(), plain_->c[sz(r)].get(), b, pdl_);
     }
-    plain_->consumer->launch(stream(), weight_.get(), global_scale_.get(), plain_->packed.get(), plain_->scales.get(),
-                             b, layer, pdl_);
+    // After the publish kernel, which triggers after its wait: polling may follow it at every b.
+    (polling_ ? plain_->polling : plain_->consumer)
+        ->launch(stream(), weight_.get(), global_scale_.get(), plain_->packed.get(), plain_->scales.get(), b, layer,
+                 pdl_);
   }
 
   void poison_fused() { fused_->poison(kFusedPoison, stream()); }
@@ -375,11 +403,12 @@ class Rig {
     std::vector<DeviceBuffer> c;
     DeviceBuffer packed, scales;
     MailboxPeers peers{};
-    std::optional<Nvfp4ConsumerLauncher> consumer;
+    std::optional<Nvfp4ConsumerLauncher> consumer, polling;
   };
 
   const TpSetup& setup_;
   ConsumerVariant variant_;
+  bool polling_;
   bool pdl_;
   MailboxLayout layout_;
   Stream stream_;
@@ -502,7 +531,7 @@ class GemmPublishGpu : public testing::LoopbackTest<Suite> {};
 
 TEST_P(GemmPublishGpu, FusedPublishMatchesTheExistingPath) {
   long long negative_zeros = 0;
-  for (ConsumerVariant variant : kVariants) {
+  for (const ConsumerChoice& variant : kVariants) {
     for (int tp : kTps) {
       Rig rig(suite().by_tp.at(tp), pdl(), random_, variant);
       for (int b : kBatches) {
@@ -531,7 +560,7 @@ TEST_P(GemmPublishGpu, FusedPublishMatchesTheExistingPath) {
 
 TEST_P(GemmPublishGpu, TwentyCallsWithChangingBatch) {
   constexpr int kCalls = 20;
-  for (ConsumerVariant variant : kVariants) {
+  for (const ConsumerChoice& variant : kVariants) {
     for (int tp : kTps) {
       Rig rig(suite().by_tp.at(tp), pdl(), random_, variant);
       int previous = 0;
@@ -557,7 +586,7 @@ TEST_P(GemmPublishGpu, TwentyCallsWithChangingBatch) {
 // replayed, walks through the stages with nothing changed on the host, while the existing
 // path runs eagerly beside it.
 TEST_P(GemmPublishGpu, GraphReplay) {
-  for (ConsumerVariant variant : kVariants) {
+  for (const ConsumerChoice& variant : kVariants) {
     for (int tp : {2, 8}) {
       constexpr int kB = 8;
       const std::string where =

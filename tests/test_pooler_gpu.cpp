@@ -82,6 +82,7 @@
 #include "runtime/jit/device.hpp"
 #include "runtime/jit/driver.hpp"
 #include "runtime/comm/nccl.hpp"
+#include "runtime/pooler_forms.hpp"
 #include "support/gpu.hpp"
 #include "support/multi_gpu.hpp"
 #include "support/process.hpp"
@@ -869,11 +870,16 @@ void every_layer_at_every_batch(const RankEnv& env, Harness& harness, const Mode
   harness.verify(what);
 }
 
-// Whether POOLER_CONSUMER_TRIGGER makes every consumer trigger before its wait (a ctest
-// entry runs the one-rank scenario so: tests/CMakeLists.txt).
-bool consumers_before_wait() {
+// How many forms each consumer has at tp 1 and 2 (no batch's GEMM holds w on chip there): the
+// after-wait form, and the polling form where some batch polls (b <= kPollingRows by the rule, every
+// b with POOLER_CONSUMER_TRIGGER=polling), or the before-wait form with POOLER_CONSUMER_TRIGGER=
+// before_wait (ctest entries run the one-rank scenario so: tests/CMakeLists.txt).
+std::size_t consumer_forms_each(const std::vector<int>& batches) {
   const char* env = std::getenv("POOLER_CONSUMER_TRIGGER");
-  return env != nullptr && std::string(env) == "before_wait";
+  const std::string mode = env != nullptr ? env : "";
+  if (mode == "before_wait" || mode == "polling") return 2;
+  if (mode == "after_wait") return 1;
+  return std::any_of(batches.begin(), batches.end(), [](int b) { return b <= kPollingRows; }) ? 2 : 1;
 }
 
 // Every layer at every compiled b, PDL on and off; with PDL on the shards are also
@@ -905,11 +911,10 @@ void every_form(const RankEnv& env) {
     Harness harness(env, model, spec);
     const std::vector<std::string> forms = harness.pooler().forms();
     // GEMMs (and their publishing twins), the publish, NVFP4 consumers for eps
-    // 1e-5 and 0.25, one BF16 consumer (again triggering before their wait where
-    // POOLER_CONSUMER_TRIGGER=before_wait asks for it: no batch's GEMM holds w on chip
-    // at tp 1 or 2); with one launch, a one-launch GEMM per batch and norm (two NVFP4, one BF16).
+    // 1e-5 and 0.25, one BF16 consumer (each also polling or triggering before its wait:
+    // consumer_forms_each); with one launch, a one-launch GEMM per batch and norm (two NVFP4, one BF16).
     const std::size_t expected_forms = spec.batches.size() * (fuse ? 2 : 1) + 1 +
-                                       (2 + 1) * (consumers_before_wait() ? 2 : 1) +
+                                       (2 + 1) * consumer_forms_each(spec.batches) +
                                        (v.one_launch ? spec.batches.size() * 3 : 0);
     every_layer_at_every_batch(env, harness, spec, forms, expected_forms, env.seed ^ (pdl ? 0x1111ull : 0x2222ull),
                                what, pdl);

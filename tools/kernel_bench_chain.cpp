@@ -78,7 +78,14 @@ constexpr float kGlobalScale = 448.0f * 6.0f / 5.0f;
 // No healthy poll waits in loopback; a protocol slip ends a call with a record.
 constexpr unsigned long long kTimeoutNs = 1'000'000'000ull;
 constexpr ConsumerVariant kVariants[2] = {ConsumerVariant::baseline, ConsumerVariant::one_round_trip};
-constexpr ConsumerTrigger kTriggers[2] = {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait};
+constexpr ConsumerTrigger kTriggers[kConsumerTriggers] = {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait,
+                                                          ConsumerTrigger::polling};
+
+const char* trigger_name(ConsumerTrigger trigger) {
+  return trigger == ConsumerTrigger::before_wait ? "before_wait"
+         : trigger == ConsumerTrigger::polling   ? "polling"
+                                                 : "after_wait";
+}
 
 const char* kChainUsage = R"(usage: pooler-kernel-bench --chain [options]
 
@@ -235,8 +242,12 @@ struct ChainRow {
   std::string shape;
   double floor = 0, fused[2] = {}, one_launch = 0, gemm = 0, publish = 0, publish_gather[2] = {}, stock = 0,
          stock_norm = 0;
-  bool trigger_before_wait = false;  // the consumers' trigger (consumer_trigger of the shape)
-  int row_ctas = 1;                  // the NVFP4 consumers' CTAs per row
+  ConsumerTrigger trigger = ConsumerTrigger::after_wait;  // the consumers' (consumer_trigger of the shape)
+  // Where the GEMM triggers after its wait: fused1rt with the other of polling and after_wait
+  // (the rule's choice against the other, in one run); -1 elsewhere.
+  double fused_alt = -1;
+  ConsumerTrigger alt_trigger = ConsumerTrigger::after_wait;
+  int row_ctas = 1;  // the NVFP4 consumers' CTAs per row
   std::string check;
   std::string one_launch_refused;  // why there is no one-launch figure (one_launch = -1)
   double gather(int v) const { return publish_gather[v] - publish; }
@@ -323,7 +334,7 @@ class ChainRig {
     const MailboxBinding binding = state_.binding(mailbox_.get());
     split_ = consumer_row_split(n_, kHidden);  // the Pooler's for this width
     for (int v = 0; v < 2; ++v) {
-      for (int t = 0; t < 2; ++t) {
+      for (int t = 0; t < kConsumerTriggers; ++t) {
         const Form nvfp4 = nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v], kTriggers[t]);
         const Form bf16 = bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v], kTriggers[t]);
         nvfp4_loaded_[v][t].emplace(*gpu.cache.get(nvfp4, gpu.arch).entry, gpu.context);
@@ -346,8 +357,15 @@ class ChainRig {
     const PoolerGemmShape& shape = path.shape;
     row.shape = describe(shape);
     // The consumers trigger as the Pooler's do before this GEMM shape.
-    trigger_ = consumer_trigger(GemmPlan(b, n_, kHidden, shape)) == ConsumerTrigger::before_wait ? 1 : 0;
-    row.trigger_before_wait = trigger_ == 1;
+    const GemmPlan shape_plan(b, n_, kHidden, shape);
+    row.trigger = consumer_trigger(shape_plan);
+    trigger_ = static_cast<int>(row.trigger);
+    alt_ = -1;
+    if (gemm_triggers_after_its_wait(shape_plan)) {
+      row.alt_trigger =
+          row.trigger == ConsumerTrigger::polling ? ConsumerTrigger::after_wait : ConsumerTrigger::polling;
+      alt_ = static_cast<int>(row.alt_trigger);
+    }
     row.row_ctas = nvfp4_[0][trigger_]->row_ctas(b);
     const GemmPublish publish{tp_, kCapacity};
     const PoolerGemm plain(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape), gpu_.arch).entry, gpu_.context, b,
@@ -381,6 +399,13 @@ class ChainRig {
           time_graph(s, o_.replays, layers, each_layer([&, v](int layer) {
                        fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
                        consume(layer, b, v);
+                     }));
+    }
+    if (alt_ >= 0) {
+      row.fused_alt =
+          time_graph(s, o_.replays, layers, each_layer([&](int layer) {
+                       fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
+                       consume(layer, b, 1, alt_);
                      }));
     }
     if (!one.empty()) {
@@ -473,12 +498,14 @@ class ChainRig {
                                             state_.binding(mailbox_.get()), 0, out, layer, kTimeoutNs, true);
   }
 
-  void consume(int layer, int b, int v) const {
+  // The consumer of variant v with the row's trigger, or with trigger index t.
+  void consume(int layer, int b, int v, int t = -1) const {
+    if (t < 0) t = trigger_;
     if (edge(layer)) {
-      bf16_[v][trigger_]->launch(gpu_.stream, norm_weight_.get(), rows_.get(), normed_.get(), b, layer, true);
+      bf16_[v][t]->launch(gpu_.stream, norm_weight_.get(), rows_.get(), normed_.get(), b, layer, true);
     } else {
-      nvfp4_[v][trigger_]->launch(gpu_.stream, norm_weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b,
-                                  layer, true);
+      nvfp4_[v][t]->launch(gpu_.stream, norm_weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer,
+                           true);
     }
   }
 
@@ -512,24 +539,26 @@ class ChainRig {
   }
 
   // One BF16 layer (0) and one NVFP4 layer (1) of the fused path with each consumer
-  // (v = 0, 1) and of the one-launch form (v = 2) against the stock norm (+ quantize) of
-  // the plain GEMM's output: "ok" or what differs.
+  // (v = 0, 1), of the one-launch form (v = 2) and of the one-round-trip consumer with the
+  // alternative trigger (v = 3) against the stock norm (+ quantize) of the plain GEMM's output:
+  // "ok" or what differs.
   std::string check(const PoolerGemm& plain, const PoolerGemm& fused, const std::vector<PoolerGemm>& one, int b) {
     const CUstream s = gpu_.stream;
     std::string problems;
-    for (int pass = 0; pass < (one.empty() ? 4 : 6); ++pass) {
+    for (int pass = 0; pass < 8; ++pass) {
       const int layer = pass % 2, v = pass / 2;
+      if ((v == 2 && one.empty()) || (v == 3 && alt_ < 0)) continue;
       for (const DeviceBuffer* buffer : {&packed_, &scales_, &rows_, &normed_}) {
         POOLER_CU(cuMemsetD8Async(buffer->get(), 0xA5, buffer->bytes(), s), "poisoning a fused output");
       }
       for (const DeviceBuffer* buffer : {&stock_packed_, &stock_scales_, &stock_normed_}) {
         POOLER_CU(cuMemsetD8Async(buffer->get(), 0x5A, buffer->bytes(), s), "poisoning a stock output");
       }
-      if (v < 2) {
-        fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
-        consume(layer, b, v);
-      } else {
+      if (v == 2) {
         one_launch(one, layer);
+      } else {
+        fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
+        consume(layer, b, v == 3 ? 1 : v, v == 3 ? alt_ : -1);
       }
       plain.launch(s, x_.get(), weight(layer), c_stock_.get(), true);
       gather_and_norm(layer, b);
@@ -541,9 +570,11 @@ class ChainRig {
         std::size_t differ = 0;
         for (std::size_t i = 0; i < bytes; ++i) differ += a[i] != e[i] ? 1 : 0;
         if (differ != 0) {
-          problems +=
-              fmt::format("{}{} ({}): {} of {} bytes differ", problems.empty() ? "" : "; ", what,
-                          v < 2 ? fmt::format("{} consumer", to_string(kVariants[v])) : "one launch", differ, bytes);
+          problems += fmt::format("{}{} ({}): {} of {} bytes differ", problems.empty() ? "" : "; ", what,
+                                  v < 2    ? fmt::format("{} consumer", to_string(kVariants[v]))
+                                  : v == 3 ? fmt::format("one-round-trip consumer, {}", trigger_name(kTriggers[alt_]))
+                                           : "one launch",
+                                  differ, bytes);
         }
       };
       if (edge(layer)) {
@@ -567,23 +598,26 @@ class ChainRig {
   MailboxState state_;
   DeviceBuffer c_, c_stock_, packed_, scales_, rows_, normed_, gathered_, stock_normed_, stock_packed_, stock_scales_;
   MailboxPeers peers_{};
-  std::optional<LoadedForm> publish_loaded_, nvfp4_loaded_[2][2], bf16_loaded_[2][2];  // [variant][trigger]
+  // [variant][trigger]
+  std::optional<LoadedForm> publish_loaded_, nvfp4_loaded_[2][kConsumerTriggers], bf16_loaded_[2][kConsumerTriggers];
   std::optional<PublishLauncher> publisher_;
-  std::optional<Nvfp4ConsumerLauncher> nvfp4_[2][2];
-  std::optional<Bf16ConsumerLauncher> bf16_[2][2];
+  std::optional<Nvfp4ConsumerLauncher> nvfp4_[2][kConsumerTriggers];
+  std::optional<Bf16ConsumerLauncher> bf16_[2][kConsumerTriggers];
   int trigger_ = 0;  // the consumers' trigger (index into kTriggers) for the row being measured
+  int alt_ = -1;     // the alternative trigger (ChainRow::alt_trigger) of that row, or -1
   double ceiling_gbps_ = 0;
 };
 
 void print_row(const ChainRow& r) {
   const double best = std::min({r.fused[0], r.fused[1], r.one_launch > 0 ? r.one_launch : r.fused[0]});
   const std::string path = r.path + (r.rule ? "*" : "");
+  const std::string alt = r.fused_alt > 0 ? fmt::format("; 1rt-alt: {}", trigger_name(r.alt_trigger)) : "";
   std::printf(
-      "%3d %3d %5d %-10s %8.2f %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s%s; "
-      "%d consumer CTAs per row]\n",
-      r.tp, r.b, r.n, path.c_str(), r.fused[0], r.fused[1], r.one_launch, r.floor, best / r.floor, r.gemm, r.gather(0),
-      r.gather(1), r.publish, r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str(),
-      r.trigger_before_wait ? "; consumers trigger before their wait" : "", r.row_ctas);
+      "%3d %3d %5d %-10s %8.2f %8.2f %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s; "
+      "consumers %s%s; %d CTAs per row]\n",
+      r.tp, r.b, r.n, path.c_str(), r.fused[0], r.fused[1], r.fused_alt, r.one_launch, r.floor, best / r.floor, r.gemm,
+      r.gather(0), r.gather(1), r.publish, r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str(),
+      trigger_name(r.trigger), alt.c_str(), r.row_ctas);
   if (!r.one_launch_refused.empty()) std::printf("    onelaunch -1: %s\n", r.one_launch_refused.c_str());
   std::fflush(stdout);
 }
@@ -601,13 +635,14 @@ void write_json(const std::string& path, const ChainOptions& o, const DeviceInfo
     out << fmt::format(
         "  {{\"tp\": {}, \"b\": {}, \"n\": {}, \"w_path\": \"{}\", \"rule\": {}, \"shape\": \"{}\", "
         "\"fused_us\": {:.3f}, "
-        "\"fused_1rt_us\": {:.3f}, \"one_launch_us\": {:.3f}, \"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, "
+        "\"fused_1rt_us\": {:.3f}, \"fused_1rt_alt_us\": {:.3f}, \"alt_trigger\": \"{}\", \"one_launch_us\": {:.3f}, "
+        "\"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, "
         "\"gather_us\": {:.3f}, "
         "\"gather_1rt_us\": {:.3f}, \"publish_us\": {:.3f}, \"stock_us\": {:.3f}, "
         "\"stock_norm_us\": {:.3f}, \"consumer_trigger\": \"{}\", \"row_ctas\": {}, \"check\": \"{}\"}}{}\n",
-        r.tp, r.b, r.n, r.path, r.rule ? "true" : "false", r.shape, r.fused[0], r.fused[1], r.one_launch, r.floor,
-        r.gemm, r.gather(0), r.gather(1), r.publish, r.stock, r.stock_norm,
-        r.trigger_before_wait ? "before_wait" : "after_wait", r.row_ctas, r.check, i + 1 < rows.size() ? "," : "");
+        r.tp, r.b, r.n, r.path, r.rule ? "true" : "false", r.shape, r.fused[0], r.fused[1], r.fused_alt,
+        r.fused_alt > 0 ? trigger_name(r.alt_trigger) : "", r.one_launch, r.floor, r.gemm, r.gather(0), r.gather(1),
+        r.publish, r.stock, r.stock_norm, trigger_name(r.trigger), r.row_ctas, r.check, i + 1 < rows.size() ? "," : "");
   }
   out << " ]\n}\n";
 }
@@ -670,9 +705,9 @@ int chain_main(int argc, char** argv) {
         "\nper-layer chain in loopback (rank 0 of tp; P %d, H %d, %d layers per graph, first and last BF16; "
         "PDL on; us per layer, medians of %d replays)\n",
         kPooled, kHidden, o.layers, o.replays);
-    std::printf("%3s %3s %5s %-10s %8s %8s %8s %8s %6s %8s %8s %8s %8s %8s %8s   %s\n", "tp", "b", "N", "w path",
-                "fused", "fused1rt", "onelaunch", "floor", "x_flr", "gemm", "gather", "gath1rt", "publish", "stock",
-                "norm", "check [GEMM shape]");
+    std::printf("%3s %3s %5s %-10s %8s %8s %8s %8s %8s %6s %8s %8s %8s %8s %8s %8s   %s\n", "tp", "b", "N", "w path",
+                "fused", "fused1rt", "1rt-alt", "onelaunch", "floor", "x_flr", "gemm", "gather", "gath1rt", "publish",
+                "stock", "norm", "check [GEMM shape]");
     std::vector<ChainRow> rows;
     for (int tp : o.tps) {
       ChainRig rig(gpu, o, tp);
@@ -693,7 +728,9 @@ int chain_main(int argc, char** argv) {
     }
     std::printf(
         "\nfused: Pooler::run's kernels (the GEMM publishing from its epilogue, then the consumer) per layer;\n"
-        "  fused1rt: the same with the one-round-trip consumer; onelaunch: the GEMM's one-launch form, one kernel\n"
+        "  fused1rt: the same with the one-round-trip consumer (both with the rule's trigger: consumer_trigger);\n"
+        "  1rt-alt: fused1rt polling where the rule waits or waiting where it polls (-1: the GEMM triggers\n"
+        "  before its wait, so no polling); onelaunch: the GEMM's one-launch form, one kernel\n"
         "  per layer; floor: the layer's weight bytes (N x H x 2) at the read ceiling; x_flr = the fastest / floor; "
         "gemm: the plain GEMM alone, chained; gather: [publish\n"
         "  kernel + consumer] - [publish kernel] (gath1rt: one-round-trip consumer); publish: the publish kernel\n"

@@ -271,8 +271,7 @@ POOLER_DEVICE void mailbox_arrive_after_read(MailboxStateBlock* state, u32 stage
 // for the next call to clear, as a baseline call leaves them (docs/design/protocol.md, "A row over
 // several CTAs").
 template <int kTp, int kCapacity, int kWidth>
-POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, const MailboxSnapshot& snapshot, u32 row,
-                                    u32 column, u32 row_ctas) {
+POOLER_DEVICE void mailbox_clear16(u16* mailbox, const MailboxSnapshot& snapshot, u32 row, u32 column, u32 row_ctas) {
   if (row_ctas == 1u) {
     const u32 sentinel[4] = {kMailboxSentinelPair, kMailboxSentinelPair, kMailboxSentinelPair, kMailboxSentinelPair};
     u16* p =
@@ -281,10 +280,64 @@ POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, cons
     st_global_v4(p + 8, sentinel);
   }
   mailbox_clear_previous<kTp, kCapacity, kWidth>(mailbox, MailboxCall{snapshot.stage, snapshot.rows_to_clear}, column);
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+}
+
+// CTA 0's thread 0: the call's rows (what the next call clears), the next stage, the count.
+POOLER_DEVICE void mailbox_advance(MailboxStateBlock* state, const MailboxSnapshot& snapshot, u32 row_ctas) {
   st_relaxed_gpu_u32(&state->rows[snapshot.stage], row_ctas == 1u ? 0u : gridDim.x / row_ctas);
   st_relaxed_gpu_u32(&state->stage, (snapshot.stage + 1u) % kMailboxStages);
   st_relaxed_gpu_u32(&state->calls, snapshot.calls + 1u);
+}
+
+template <int kTp, int kCapacity, int kWidth>
+POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, const MailboxSnapshot& snapshot, u32 row,
+                                    u32 column, u32 row_ctas) {
+  mailbox_clear16<kTp, kCapacity, kWidth>(mailbox, snapshot, row, column, row_ctas);
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  mailbox_advance(state, snapshot, row_ctas);
+}
+
+// ---- the polling consumer: the state read and the mailbox polled before the PDL wait ---------
+// why: docs/design/protocol.md, "The polling consumer".
+
+// Every thread, before the PDL wait, in a consumer launched right after a kernel that lets it
+// start only after its own wait (the publish kernel; a GEMM whose prologue does not hold all of
+// w): that wait has returned, so the previous call's consumer has completed and the state is
+// settled. CTA 0 advances `stage` once its row is done, possibly before another CTA of this grid
+// has started, so every other CTA then reports that it has read the state
+// (mailbox_arrive_after_read), and CTA 0 waits for those reports before it advances.
+POOLER_DEVICE MailboxSnapshot mailbox_snapshot_before_wait(MailboxStateBlock* state) {
+  u32 head[4];  // {stage, rows[0..2]}
+  ld_relaxed_gpu_v4(&state->stage, head);
+  MailboxSnapshot snapshot;
+  snapshot.stage = head[0];
+  snapshot.rows_to_clear = head[0] == 0u ? head[3] : head[0] == 1u ? head[1] : head[2];
+  snapshot.calls = ld_relaxed_gpu_u32(&state->calls);
+  mailbox_arrive_after_read(state, snapshot.stage);
+  return snapshot;
+}
+
+// CTA 0's thread 0, after its poll: the reports so far (0 elsewhere), issued here so that its round
+// trip overlaps the norm; mailbox_finish_polled16 uses it.
+POOLER_DEVICE u32 mailbox_peek_arrivals(const MailboxStateBlock* state) {
+  return blockIdx.x == 0 && threadIdx.x == 0 ? ld_relaxed_gpu_u32(&state->arrived) : 0u;
+}
+
+// As mailbox_finish16; CTA 0 calls it after its PDL wait (so every kernel before it has read
+// `stage`) and advances once every other CTA has reported: at once where the peeked count holds
+// them all, else by waiting (ld.acquire), as the one-launch form's CTA 0 does. The peeked count is a
+// relaxed load: the stores after it depend on it by control only (docs/design/protocol.md, "Memory
+// ordering").
+template <int kTp, int kCapacity, int kWidth>
+POOLER_DEVICE void mailbox_finish_polled16(u16* mailbox, MailboxStateBlock* state, const MailboxSnapshot& snapshot,
+                                           u32 arrivals, u32 row, u32 column, u32 row_ctas) {
+  mailbox_clear16<kTp, kCapacity, kWidth>(mailbox, snapshot, row, column, row_ctas);
+  if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  if (gridDim.x > 1u && arrivals != gridDim.x - 1u) {
+    while (ld_acquire_gpu_u32(&state->arrived) != gridDim.x - 1u) {}
+  }
+  mailbox_advance(state, snapshot, row_ctas);
+  st_relaxed_gpu_u32(&state->arrived, 0u);
 }
 
 #endif  // __CUDACC__

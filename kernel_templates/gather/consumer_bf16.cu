@@ -1,7 +1,9 @@
 // The consumer of the BF16 edge layers: gathers b rows from the local mailbox, writes them and
 // their pre_expert_norm (bit for bit the stock path but for -0.0: numerics.md; protocol.md).
 // Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, ONE_ROUND_TRIP (0: baseline),
-// TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait), TRACE
+// TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait), POLLING (1: reads
+// the state and polls before its PDL wait, which comes at its end; only right after a kernel that
+// triggers after its own wait: protocol.md, "The polling consumer"), TRACE
 // (1: consumer_trace.cuh records when each CTA passes each step).
 // Launch: grid (b * row_ctas), block (POOLED / 16); CTA i reads row i / row_ctas, thread t columns
 // [16 t, 16 t + 16) of it (row_split.cuh). Every rank must launch the same grid. Outputs: rows,
@@ -19,6 +21,7 @@ static_assert(POOLED % TP == 0 && kShardWidth % 16 == 0, "a 16-column block neve
 static_assert(TP >= 1 && TP <= pooler::kMailboxMaxPeers, "at most kMailboxMaxPeers ranks");
 static_assert(ONE_ROUND_TRIP == 0 || ONE_ROUND_TRIP == 1, "ONE_ROUND_TRIP is 0 or 1");
 static_assert(TRIGGER_BEFORE_WAIT == 0 || TRIGGER_BEFORE_WAIT == 1, "TRIGGER_BEFORE_WAIT is 0 or 1");
+static_assert(POLLING == 0 || (POLLING == 1 && TRIGGER_BEFORE_WAIT == 0), "POLLING is 0 or 1, and 1 triggers after");
 static_assert(TRACE == 0 || TRACE == 1, "TRACE is 0 or 1");
 
 namespace {
@@ -58,17 +61,30 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
     ld_slice_words(weight, split, w);
   }
   // The next launch may start before the wait where its prologue holds its whole w on chip
-  // (docs/decisions/0016-consumer-trigger-before-wait.md).
-  if constexpr (TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
-  pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
-  if constexpr (!TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
+  // (docs/decisions/0016-consumer-trigger-before-wait.md). A polling consumer waits only at its end.
+  if constexpr (!POLLING) {
+    if constexpr (TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
+    pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
+    if constexpr (!TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
+  }
   trace.mark(consumer_trace::kWaited);
   u16* rows_row = rows + static_cast<unsigned long long>(row) * POOLED;
   u16* normed_row = normed + static_cast<unsigned long long>(row) * POOLED;
   u32 x[8];
   MailboxSnapshot snapshot{0u, 0u, 0u};
   MailboxCall call{0u, 0u};
-  if constexpr (ONE_ROUND_TRIP) {
+  u32 arrivals = 0u;  // polling: CTA 0's peek at the other CTAs' reports
+  if constexpr (ONE_ROUND_TRIP && POLLING) {
+    // The kernel before this one let it start only after its own wait: the state is settled
+    // (docs/design/protocol.md, "The polling consumer").
+    snapshot = mailbox_snapshot_before_wait(state);
+    mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record,
+                                              MailboxCall{snapshot.stage, snapshot.rows_to_clear}, row, column, rank,
+                                              layer, timeout_ns, x);
+    arrivals = mailbox_peek_arrivals(state);
+    trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
+    trace.mark(consumer_trace::kArrived);
+  } else if constexpr (ONE_ROUND_TRIP) {
     mailbox_read16<TP, CAPACITY, kShardWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns, snapshot,
                                               x);
     trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
@@ -81,6 +97,7 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
     // The baseline stores the gathered row before the norm's barrier.
     if (split.ctas == 1u) st_global_16xbf16(rows_row + column, x);
   }
+  if constexpr (POLLING) pdl_launch_dependents();  // every CTA has its row: the next launch may start
   __shared__ __align__(16) u32 stash_words[POOLED / 2];
   const StashedRow<POOLED> stash{stash_words};
   if (split.ctas != 1u) stash.put16(x);  // read back after row_rms_inverse16's barrier
@@ -102,7 +119,12 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
     }
   }
   trace.mark(consumer_trace::kStored);
-  if constexpr (ONE_ROUND_TRIP) {
+  // A polling consumer's completion implies the previous kernel's, as a waiting one's does, and
+  // its state writes follow every read of `stage` by the kernels before it.
+  if constexpr (POLLING) pdl_wait();
+  if constexpr (ONE_ROUND_TRIP && POLLING) {
+    mailbox_finish_polled16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, arrivals, row, column, split.ctas);
+  } else if constexpr (ONE_ROUND_TRIP) {
     mailbox_finish16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, row, column, split.ctas);
   } else {
     mailbox_arrive(state, call, gridDim.x / split.ctas);

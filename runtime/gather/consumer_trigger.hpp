@@ -1,13 +1,19 @@
-// When a mailbox consumer lets the next launch start (its form's TRIGGER_BEFORE_WAIT).
+// When a mailbox consumer lets the next launch start, and when it waits for the previous one
+// (its form's TRIGGER_BEFORE_WAIT and POLLING).
 #pragma once
 
 namespace pooler {
 
-// After its PDL wait, or before it. Before pays where the next kernel is a GEMM that copies
-// its whole w on chip in its prologue: the copies then start while this layer's GEMM still
-// runs (docs/decisions/0016-consumer-trigger-before-wait.md). Both are safe: the next kernel
-// waits for this one in its own PDL wait, and once every CTA of this grid has triggered, all of
-// them are resident.
-enum class ConsumerTrigger { after_wait, before_wait };
+// after_wait: triggers after its PDL wait. before_wait: triggers before it; pays where the next
+// kernel is a GEMM that copies its whole w on chip in its prologue: the copies then start while
+// this layer's GEMM still runs (docs/decisions/0016-consumer-trigger-before-wait.md). Both are
+// safe: the next kernel waits for this one in its own PDL wait, and once every CTA of this grid has
+// triggered, all of them are resident.
+// polling: reads the state and polls the mailbox before its PDL wait, triggers once its row is
+// read, and waits at its end (decision 0022). Valid only right after a kernel that triggers after
+// its own wait (the publish kernel; a GEMM whose prologue does not hold all of w: consumer_trigger),
+// since it reads the stage the previous call's consumer advanced.
+enum class ConsumerTrigger { after_wait, before_wait, polling };
+inline constexpr int kConsumerTriggers = 3;
 
 }  // namespace pooler
