@@ -177,9 +177,9 @@ struct Suite : testing::LoopbackSuite {
 class ConsumerGpu : public testing::LoopbackTest<Suite> {};
 
 // One rig's tp, consumer variant, trigger and CTAs per row; every test runs each of its tps with
-// both variants, and the one-round-trip consumer with each trigger, CTAs per row by the rule (8 at
-// b = 1, 4 at b = 2, 2 at b = 3 and 4, then 1); the baseline polling; then one CTA per row with both
-// variants and with the polling one-round-trip consumer, 2 and 8 with one each.
+// both variants, and the one-round-trip consumer with each trigger, CTAs per row by the rule (4 at
+// b <= 2, 2 at b = 3 and 4, then 1); the baseline polling; then one CTA per row with both variants
+// and with the polling one-round-trip consumer, 2 and 8 with each variant.
 struct RigSetup {
   int tp = 0;
   ConsumerVariant variant = ConsumerVariant::baseline;
@@ -213,8 +213,10 @@ std::vector<RigSetup> all_setups(std::vector<int> tps = std::vector<int>(kTps.be
   }
   for (int tp : tps) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::polling, 1});
   for (int tp : tps) {
-    if (tp == 1 || tp == 8)
+    if (tp == 1 || tp == 8) {
       out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::after_wait, 2});
+      out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::after_wait, 8});
+    }
     if (tp == 2 || tp == 4) out.push_back(RigSetup{tp, ConsumerVariant::baseline, ConsumerTrigger::after_wait, 8});
     if (tp == 2 || tp == 4) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::polling, 8});
   }

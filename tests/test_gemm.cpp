@@ -641,13 +641,13 @@ TEST(PoolerForms, ConsumerTriggerCanBeForced) {
                            {"POOLER_CONSUMER_TRIGGER = \"early\"", "before_wait, after_wait, polling or unset"});
 }
 
-TEST(PoolerForms, ConsumerRowsSpreadOverEightCtasAtMostAndOnlyForFewRows) {
-  // The rule: the most of 8, 4, 2 CTAs per row with b * CTAs <= 8, else one CTA per row; beside a
-  // GEMM without a ring, also 2 CTAs per row at b = 5 to 8 (16 in all).
+TEST(PoolerForms, ConsumerRowsSpreadOverFourCtasAtMostAndOnlyForFewRows) {
+  // The rule: the most of 4, 2 CTAs per row with b * CTAs <= 8, else one CTA per row; beside a
+  // GEMM without a ring, also 2 CTAs per row at b = 5 to 8 (16 in all). 8 only when forced.
   RowSplit without_ring;
   without_ring.beside_ring = false;
   for (int b = 1; b <= 32; ++b) {
-    const int expected = b == 1 ? 8 : b == 2 ? 4 : b <= 4 ? 2 : 1;
+    const int expected = b <= 2 ? 4 : b <= 4 ? 2 : 1;
     EXPECT_EQ(consumer_row_ctas(RowSplit{}, b), expected) << "b " << b;
     EXPECT_EQ(consumer_row_ctas(without_ring, b), b >= 5 && b <= 8 ? 2 : expected) << "b " << b;
     for (int forced : {1, 2, 4, 8}) {

@@ -17,7 +17,7 @@ int consumer_row_ctas(const RowSplit& split, int b) {
     }
     return split.ctas;
   }
-  int ctas = kMaxConsumerRowCtas;
+  int ctas = kRuleRowCtas;
   while (ctas > 1 && static_cast<long long>(b) * ctas > kRowSplitCtas) ctas /= 2;
   if (ctas == 1 && !split.beside_ring && 2LL * b <= kRowSplitCtasWithoutRing) ctas = 2;
   return ctas;
