@@ -323,6 +323,20 @@ POOLER_DEVICE u32 mailbox_peek_arrivals(const MailboxStateBlock* state) {
   return blockIdx.x == 0 && threadIdx.x == 0 ? ld_relaxed_gpu_u32(&state->arrived) : 0u;
 }
 
+// The polling consumer's read, before the PDL wait: the state, then this thread's 16 columns of
+// `row`, polled in the snapshot's stage; `arrivals` as mailbox_peek_arrivals. False after a timeout.
+template <int kTp, int kCapacity, int kWidth>
+POOLER_DEVICE bool mailbox_read_polled16(const u16* mailbox, MailboxStateBlock* state, TimeoutRecord* record, u32 row,
+                                         u32 column, int rank, int layer, unsigned long long timeout_ns,
+                                         MailboxSnapshot& snapshot, u32& arrivals, u32 (&x)[8]) {
+  snapshot = mailbox_snapshot_before_wait(state);
+  const bool ok = mailbox_poll16<kTp, kCapacity, kWidth>(mailbox, state, record,
+                                                         MailboxCall{snapshot.stage, snapshot.rows_to_clear}, row,
+                                                         column, rank, layer, timeout_ns, x);
+  arrivals = mailbox_peek_arrivals(state);
+  return ok;
+}
+
 // As mailbox_finish16; CTA 0 calls it after its PDL wait (so every kernel before it has read
 // `stage`) and advances once every other CTA has reported: at once where the peeked count holds
 // them all, else by waiting (ld.acquire), as the one-launch form's CTA 0 does. The peeked count is a

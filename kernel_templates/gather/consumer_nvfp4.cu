@@ -96,21 +96,19 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   MailboxSnapshot snapshot{0u, 0u, 0u};
   MailboxCall call{0u, 0u};
   u32 arrivals = 0u;  // polling: CTA 0's peek at the other CTAs' reports
-  if constexpr (ONE_ROUND_TRIP && POLLING) {
-    // The kernel before this one let it start only after its own wait: the state is settled
-    // (docs/design/protocol.md, "The polling consumer").
-    snapshot = mailbox_snapshot_before_wait(state);
-    mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record,
-                                              MailboxCall{snapshot.stage, snapshot.rows_to_clear}, row, column, rank,
-                                              layer, timeout_ns, x);
-    arrivals = mailbox_peek_arrivals(state);
+  if constexpr (ONE_ROUND_TRIP) {
+    if constexpr (POLLING) {
+      // The kernel before this one let it start only after its own wait: the state is settled
+      // (docs/design/protocol.md, "The polling consumer").
+      mailbox_read_polled16<TP, CAPACITY, kShardWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns,
+                                                       snapshot, arrivals, x);
+    } else {
+      mailbox_read16<TP, CAPACITY, kShardWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns, snapshot,
+                                                x);
+    }
     trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
+    // Polling: this CTA reported its read of the state already; else nothing: no CTA waits for another.
     trace.mark(consumer_trace::kArrived);
-  } else if constexpr (ONE_ROUND_TRIP) {
-    mailbox_read16<TP, CAPACITY, kShardWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns, snapshot,
-                                              x);
-    trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
-    trace.mark(consumer_trace::kArrived);  // nothing to do: no CTA waits for the others
   } else {
     call = mailbox_begin(state);
     // Clearing the previous call's rows first overlaps it with the wait for the peers.
