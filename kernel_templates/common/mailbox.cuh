@@ -337,6 +337,22 @@ POOLER_DEVICE bool mailbox_read_polled16(const u16* mailbox, MailboxStateBlock* 
   return ok;
 }
 
+// The one-round-trip consumer's read: polled before the PDL wait (kPolling; the kernel before it
+// let it start only after its own wait, so the state is settled) or after it (mailbox_read16).
+template <int kTp, int kCapacity, int kWidth, bool kPolling>
+POOLER_DEVICE bool mailbox_read_one_round_trip16(const u16* mailbox, MailboxStateBlock* state, TimeoutRecord* record,
+                                                 u32 row, u32 column, int rank, int layer,
+                                                 unsigned long long timeout_ns, MailboxSnapshot& snapshot,
+                                                 u32& arrivals, u32 (&x)[8]) {
+  if constexpr (kPolling) {
+    return mailbox_read_polled16<kTp, kCapacity, kWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns,
+                                                         snapshot, arrivals, x);
+  } else {
+    return mailbox_read16<kTp, kCapacity, kWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns,
+                                                  snapshot, x);
+  }
+}
+
 // As mailbox_finish16; CTA 0 calls it after its PDL wait (so every kernel before it has read
 // `stage`) and advances once every other CTA has reported: at once where the peeked count holds
 // them all, else by waiting (ld.acquire), as the one-launch form's CTA 0 does. The peeked count is a

@@ -75,15 +75,9 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   MailboxCall call{0u, 0u};
   u32 arrivals = 0u;  // polling: CTA 0's peek at the other CTAs' reports
   if constexpr (ONE_ROUND_TRIP) {
-    if constexpr (POLLING) {
-      // The kernel before this one let it start only after its own wait: the state is settled
-      // (docs/design/protocol.md, "The polling consumer").
-      mailbox_read_polled16<TP, CAPACITY, kShardWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns,
-                                                       snapshot, arrivals, x);
-    } else {
-      mailbox_read16<TP, CAPACITY, kShardWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns, snapshot,
-                                                x);
-    }
+    // Polling: the state and the row before the PDL wait (docs/design/protocol.md, "The polling consumer").
+    mailbox_read_one_round_trip16<TP, CAPACITY, kShardWidth, POLLING == 1>(mailbox, state, record, row, column, rank,
+                                                                           layer, timeout_ns, snapshot, arrivals, x);
     trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
     // Polling: this CTA reported its read of the state already; else nothing: no CTA waits for another.
     trace.mark(consumer_trace::kArrived);
