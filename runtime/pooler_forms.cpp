@@ -22,15 +22,11 @@ std::vector<NormConstants> distinct(const std::vector<NormConstants>& norms) {
 
 }  // namespace
 
-bool gemm_triggers_after_its_wait(const GemmPlan& gemm) {
-  return !gemm.shape().w_on_chip && !gemm.prologue_holds_all_of_w();
-}
-
 ConsumerTrigger consumer_trigger(const GemmPlan& gemm) {
   const std::string mode = env_choice("POOLER_CONSUMER_TRIGGER", {"before_wait", "after_wait", "polling"});
   if (mode == "before_wait") return ConsumerTrigger::before_wait;
   if (mode == "after_wait") return ConsumerTrigger::after_wait;
-  if (!gemm_triggers_after_its_wait(gemm)) return ConsumerTrigger::before_wait;
+  if (!gemm.triggers_after_its_wait()) return ConsumerTrigger::before_wait;
   if (mode == "polling" || gemm.rows() <= kPollingRows) return ConsumerTrigger::polling;
   return ConsumerTrigger::after_wait;
 }
@@ -77,7 +73,7 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
   }
   auto consumers = [&](const std::vector<NormConstants>& norms, auto make, ConsumerTrigger trigger) {
     const std::size_t first = out.forms.size();
-    if (config.mailbox && (trigger == ConsumerTrigger::after_wait || out.any(trigger))) {
+    if (config.mailbox && out.has_consumers(trigger)) {
       for (const NormConstants& norm : norms) {
         out.forms.push_back(
             make(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, variant, trigger, false));

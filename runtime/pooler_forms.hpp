@@ -71,7 +71,9 @@ struct PoolerForms {
   bool any(ConsumerTrigger trigger) const {
     return std::find(consumer_triggers.begin(), consumer_triggers.end(), trigger) != consumer_triggers.end();
   }
-  bool any_before_wait() const { return any(ConsumerTrigger::before_wait); }
+  // Whether the consumers of `trigger` are among the forms: after_wait always, the others where some
+  // batch takes them.
+  bool has_consumers(ConsumerTrigger trigger) const { return trigger == ConsumerTrigger::after_wait || any(trigger); }
   std::size_t publish = 0, first_nvfp4 = 0, first_nvfp4_before_wait = 0, first_nvfp4_polling = 0, first_edge = 0,
               first_edge_before_wait = 0, first_edge_polling = 0, first_stock_norm = 0, stock_quantize = 0;
   // The index of the consumer form of `trigger` for nvfp4_norms[norm] (edge: false) or edge_norms[norm].
@@ -96,10 +98,6 @@ struct PoolerForms {
 };
 
 PoolerForms pooler_forms(const PoolerConfig& config);
-
-// Whether a GEMM of this plan lets the next launch start only after its own PDL wait (the
-// template's !kAllOfWInPrologue): what a polling consumer after it needs.
-bool gemm_triggers_after_its_wait(const GemmPlan& gemm);
 
 // The polling consumer's batches: b <= kPollingRows (decision 0022).
 inline constexpr int kPollingRows = 8;

@@ -239,7 +239,7 @@ void Pooler::Impl::load_mailbox() {
   }
   for (ConsumerTrigger trigger :
        {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait, ConsumerTrigger::polling}) {
-    if (trigger != ConsumerTrigger::after_wait && !plan.any(trigger)) continue;
+    if (!plan.has_consumers(trigger)) continue;
     for (std::size_t i = 0; i < plan.nvfp4_norms.size(); ++i) {
       const std::size_t form = plan.consumer_form(false, trigger, i);
       nvfp4_consumers.emplace(std::make_pair(trigger, norm_key(plan.nvfp4_norms[i])),

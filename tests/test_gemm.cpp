@@ -591,7 +591,7 @@ TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitAtTp8WidthsAtEveryBatch) {
     for (int rows : {2, 3, 8, 9, 16, 32}) {
       const GemmPlan plan = choose_gemm_plan(n, kHidden, rows);
       EXPECT_FALSE(plan.prologue_holds_all_of_w()) << "N " << n << ", rows " << rows;
-      EXPECT_TRUE(gemm_triggers_after_its_wait(plan)) << "N " << n << ", rows " << rows;
+      EXPECT_TRUE(plan.triggers_after_its_wait()) << "N " << n << ", rows " << rows;
       EXPECT_EQ(consumer_trigger(plan), rows <= kPollingRows ? ConsumerTrigger::polling : ConsumerTrigger::after_wait)
           << "N " << n << ", rows " << rows;
     }
@@ -610,7 +610,7 @@ TEST(PoolerForms, ConsumersPollOnlyAfterAGemmThatTriggersAfterItsWait) {
         EXPECT_FALSE(publishing.prologue_holds_all_of_w()) << "N " << n << ", rows " << rows;
         EXPECT_FALSE(publishing.shape().w_on_chip) << "N " << n << ", rows " << rows;
       }
-      EXPECT_EQ(gemm_triggers_after_its_wait(plan), !plan.shape().w_on_chip && !plan.prologue_holds_all_of_w());
+      EXPECT_EQ(plan.triggers_after_its_wait(), !plan.shape().w_on_chip && !plan.prologue_holds_all_of_w());
     }
   }
 }
@@ -636,6 +636,12 @@ TEST(PoolerForms, ConsumerTriggerCanBeForced) {
   EXPECT_EQ(consumer_trigger(many), ConsumerTrigger::polling);
   EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::before_wait);
   EXPECT_EQ(consumer_trigger(choose_gemm_plan(512, kHidden, 8)), ConsumerTrigger::before_wait);
+  // The names to_string gives are the values the override takes.
+  for (ConsumerTrigger trigger :
+       {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait, ConsumerTrigger::polling}) {
+    setenv("POOLER_CONSUMER_TRIGGER", to_string(trigger), 1);
+    EXPECT_EQ(consumer_trigger(many), trigger) << to_string(trigger);
+  }
   setenv("POOLER_CONSUMER_TRIGGER", "early", 1);
   testing::expect_mentions(testing::rejection([&] { consumer_trigger(streaming); }),
                            {"POOLER_CONSUMER_TRIGGER = \"early\"", "before_wait, after_wait, polling or unset"});

@@ -81,12 +81,6 @@ constexpr ConsumerVariant kVariants[2] = {ConsumerVariant::baseline, ConsumerVar
 constexpr ConsumerTrigger kTriggers[kConsumerTriggers] = {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait,
                                                           ConsumerTrigger::polling};
 
-const char* trigger_name(ConsumerTrigger trigger) {
-  return trigger == ConsumerTrigger::before_wait ? "before_wait"
-         : trigger == ConsumerTrigger::polling   ? "polling"
-                                                 : "after_wait";
-}
-
 const char* kChainUsage = R"(usage: pooler-kernel-bench --chain [options]
 
 The per-layer chain of Pooler::run in loopback on GPU 0, as rank 0 of each tp
@@ -361,7 +355,7 @@ class ChainRig {
     row.trigger = consumer_trigger(shape_plan);
     trigger_ = static_cast<int>(row.trigger);
     alt_ = -1;
-    if (gemm_triggers_after_its_wait(shape_plan)) {
+    if (shape_plan.triggers_after_its_wait()) {
       row.alt_trigger =
           row.trigger == ConsumerTrigger::polling ? ConsumerTrigger::after_wait : ConsumerTrigger::polling;
       alt_ = static_cast<int>(row.alt_trigger);
@@ -572,7 +566,7 @@ class ChainRig {
         if (differ != 0) {
           problems += fmt::format("{}{} ({}): {} of {} bytes differ", problems.empty() ? "" : "; ", what,
                                   v < 2    ? fmt::format("{} consumer", to_string(kVariants[v]))
-                                  : v == 3 ? fmt::format("one-round-trip consumer, {}", trigger_name(kTriggers[alt_]))
+                                  : v == 3 ? fmt::format("one-round-trip consumer, {}", to_string(kTriggers[alt_]))
                                            : "one launch",
                                   differ, bytes);
         }
@@ -611,13 +605,13 @@ class ChainRig {
 void print_row(const ChainRow& r) {
   const double best = std::min({r.fused[0], r.fused[1], r.one_launch > 0 ? r.one_launch : r.fused[0]});
   const std::string path = r.path + (r.rule ? "*" : "");
-  const std::string alt = r.fused_alt > 0 ? fmt::format("; 1rt-alt: {}", trigger_name(r.alt_trigger)) : "";
+  const std::string alt = r.fused_alt > 0 ? fmt::format("; 1rt-alt: {}", to_string(r.alt_trigger)) : "";
   std::printf(
       "%3d %3d %5d %-10s %8.2f %8.2f %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s; "
       "consumers %s%s; %d CTAs per row]\n",
       r.tp, r.b, r.n, path.c_str(), r.fused[0], r.fused[1], r.fused_alt, r.one_launch, r.floor, best / r.floor, r.gemm,
       r.gather(0), r.gather(1), r.publish, r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str(),
-      trigger_name(r.trigger), alt.c_str(), r.row_ctas);
+      to_string(r.trigger), alt.c_str(), r.row_ctas);
   if (!r.one_launch_refused.empty()) std::printf("    onelaunch -1: %s\n", r.one_launch_refused.c_str());
   std::fflush(stdout);
 }
@@ -641,8 +635,8 @@ void write_json(const std::string& path, const ChainOptions& o, const DeviceInfo
         "\"gather_1rt_us\": {:.3f}, \"publish_us\": {:.3f}, \"stock_us\": {:.3f}, "
         "\"stock_norm_us\": {:.3f}, \"consumer_trigger\": \"{}\", \"row_ctas\": {}, \"check\": \"{}\"}}{}\n",
         r.tp, r.b, r.n, r.path, r.rule ? "true" : "false", r.shape, r.fused[0], r.fused[1], r.fused_alt,
-        r.fused_alt > 0 ? trigger_name(r.alt_trigger) : "", r.one_launch, r.floor, r.gemm, r.gather(0), r.gather(1),
-        r.publish, r.stock, r.stock_norm, trigger_name(r.trigger), r.row_ctas, r.check, i + 1 < rows.size() ? "," : "");
+        r.fused_alt > 0 ? to_string(r.alt_trigger) : "", r.one_launch, r.floor, r.gemm, r.gather(0), r.gather(1),
+        r.publish, r.stock, r.stock_norm, to_string(r.trigger), r.row_ctas, r.check, i + 1 < rows.size() ? "," : "");
   }
   out << " ]\n}\n";
 }

@@ -71,6 +71,18 @@ const char* to_string(ConsumerVariant variant) {
   return variant == ConsumerVariant::one_round_trip ? "one round trip" : "baseline";
 }
 
+const char* to_string(ConsumerTrigger trigger) {
+  switch (trigger) {
+    case ConsumerTrigger::before_wait:
+      return "before_wait";
+    case ConsumerTrigger::polling:
+      return "polling";
+    case ConsumerTrigger::after_wait:
+      break;
+  }
+  return "after_wait";
+}
+
 void check_rows(const char* what, int b, int max_rows) {
   if (b < 1 || b > max_rows) {
     throw InvalidArgument(fmt::format("{}: b = {}; expected 1 to {}", what, b, max_rows));

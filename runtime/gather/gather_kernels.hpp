@@ -40,6 +40,8 @@ inline constexpr int kPublishThreads = 128;
 //                   one mailbox.
 enum class ConsumerVariant { baseline, one_round_trip };
 const char* to_string(ConsumerVariant variant);
+// "after_wait", "before_wait" or "polling", as POOLER_CONSUMER_TRIGGER spells them.
+const char* to_string(ConsumerTrigger trigger);
 
 // ---- forms ------------------------------------------------------------------------
 // Each throws InvalidArgument naming the bad value and what was expected: P,

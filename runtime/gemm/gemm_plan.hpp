@@ -69,6 +69,9 @@ class GemmPlan {
   // unrolled round of registers, or a ring that holds the warp's whole K
   // range): the next launch may then start at once.
   bool prologue_holds_all_of_w() const;
+  // The template's !kAllOfWInPrologue: the GEMM lets the next launch start only after its own
+  // PDL wait (after its main loop), which a polling consumer after it needs (ConsumerTrigger).
+  bool triggers_after_its_wait() const { return !prologue_holds_all_of_w(); }
   // As pooler_gemm_form; a consuming plan's form has the entry point
   // "pooler_gemm_consume" and the name suffix "_nvfp4_eps{eps}_gc{gain}" (or
   // "_bf16_..."), and no trace form (InvalidArgument).
