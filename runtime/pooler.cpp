@@ -154,7 +154,7 @@ ExpertInput Pooler::Impl::gather_to(int layer, int b, const ExpertInput& out, CU
     return result;
   }
   ConsumerTrigger chosen = trigger_by_rows[static_cast<std::size_t>(b)];
-  if (chosen == ConsumerTrigger::polling && !after_publish) chosen = ConsumerTrigger::after_wait;
+  if (polls(chosen) && !after_publish) chosen = ConsumerTrigger::after_wait;
   const auto trigger = static_cast<std::size_t>(chosen);
   if (const Nvfp4ConsumerLauncher* consumer = nvfp4_of_layer[trigger][static_cast<std::size_t>(layer)]) {
     consumer->launch(stream, spec.norm_weight.data, spec.global_scale->data, out.packed.data, out.scales.data, b, layer,

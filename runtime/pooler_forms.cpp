@@ -23,12 +23,15 @@ std::vector<NormConstants> distinct(const std::vector<NormConstants>& norms) {
 }  // namespace
 
 ConsumerTrigger consumer_trigger(const GemmPlan& gemm) {
-  const std::string mode = env_choice("POOLER_CONSUMER_TRIGGER", {"before_wait", "after_wait", "polling"});
+  const std::string mode =
+      env_choice("POOLER_CONSUMER_TRIGGER", {"before_wait", "after_wait", "polling", "polling_early"});
   if (mode == "before_wait") return ConsumerTrigger::before_wait;
   if (mode == "after_wait") return ConsumerTrigger::after_wait;
   if (!gemm.triggers_after_its_wait()) return ConsumerTrigger::before_wait;
-  if (mode == "polling" || gemm.rows() <= kPollingRows) return ConsumerTrigger::polling;
-  return ConsumerTrigger::after_wait;
+  if (mode == "polling") return ConsumerTrigger::polling;
+  if (mode == "polling_early") return ConsumerTrigger::polling_early;
+  if (gemm.rows() > kPollingRows) return ConsumerTrigger::after_wait;
+  return ring_at_few_rows(gemm.n(), gemm.k()) ? ConsumerTrigger::polling : ConsumerTrigger::polling_early;
 }
 
 bool ring_at_few_rows(int n, int k) {
@@ -81,12 +84,11 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
     }
     return first;
   };
-  out.first_nvfp4 = consumers(out.nvfp4_norms, nvfp4_consumer_form, ConsumerTrigger::after_wait);
-  out.first_edge = consumers(out.edge_norms, bf16_consumer_form, ConsumerTrigger::after_wait);
-  out.first_nvfp4_before_wait = consumers(out.nvfp4_norms, nvfp4_consumer_form, ConsumerTrigger::before_wait);
-  out.first_edge_before_wait = consumers(out.edge_norms, bf16_consumer_form, ConsumerTrigger::before_wait);
-  out.first_nvfp4_polling = consumers(out.nvfp4_norms, nvfp4_consumer_form, ConsumerTrigger::polling);
-  out.first_edge_polling = consumers(out.edge_norms, bf16_consumer_form, ConsumerTrigger::polling);
+  for (ConsumerTrigger trigger : kAllConsumerTriggers) {
+    const auto t = static_cast<std::size_t>(trigger);
+    out.first_nvfp4[t] = consumers(out.nvfp4_norms, nvfp4_consumer_form, trigger);
+    out.first_edge[t] = consumers(out.edge_norms, bf16_consumer_form, trigger);
+  }
   out.first_gathered_nvfp4 = out.forms.size();
   if (config.gathered) {
     for (const NormConstants& norm : out.nvfp4_norms) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <optional>
 #include <utility>
@@ -47,9 +48,9 @@ struct PoolerConfig {
 
 // The forms, in this order: a GEMM per batch (ascending, duplicates dropped),
 // when `mailbox`: when `fuse_publish` a publishing GEMM per batch, the publish, the NVFP4 consumers, the BF16
-// consumers (each in the order given, duplicates dropped), then where some batch's consumers trigger before
-// their wait (consumer_trigger) both again with that trigger, then likewise where some batch's consumers
-// poll; when `gathered`: the gathered NVFP4 consumers, the
+// consumers (each in the order given, duplicates dropped), then for each other trigger of
+// kAllConsumerTriggers that some batch's consumers take (consumer_trigger), both again with that
+// trigger; when `gathered`: the gathered NVFP4 consumers, the
 // gathered BF16 consumers (same order); then, when `stock`, a stock norm per distinct norm and the stock quantize;
 // then, when `one_launch`, per batch the one-launch GEMM of each NVFP4 norm, then of each edge norm.
 // Index fields of a part that is not there point past the forms before it (an empty range).
@@ -63,10 +64,9 @@ struct PoolerForms {
   std::size_t first_fused_gemm =
       0;  // when fuse_publish: the publishing GEMM of batches[i] is forms[first_fused_gemm + i]
   // When mailbox: the consumers' trigger at batches[i] (consumer_trigger of its GEMM). The NVFP4
-  // consumer of nvfp4_norms[i] is forms[first_nvfp4 + i] (after_wait: always there, since gather()
-  // never polls) and, where some batch needs them, forms[first_nvfp4_before_wait + i] and
-  // forms[first_nvfp4_polling + i]; the BF16 consumers likewise from first_edge,
-  // first_edge_before_wait and first_edge_polling.
+  // consumer of nvfp4_norms[i] with trigger t is forms[first_nvfp4[t] + i] (consumer_form), there
+  // for after_wait always (gather() never polls) and for the others where some batch takes them;
+  // the BF16 consumers likewise from first_edge[t].
   std::vector<ConsumerTrigger> consumer_triggers;
   bool any(ConsumerTrigger trigger) const {
     return std::find(consumer_triggers.begin(), consumer_triggers.end(), trigger) != consumer_triggers.end();
@@ -74,18 +74,12 @@ struct PoolerForms {
   // Whether the consumers of `trigger` are among the forms: after_wait always, the others where some
   // batch takes them.
   bool has_consumers(ConsumerTrigger trigger) const { return trigger == ConsumerTrigger::after_wait || any(trigger); }
-  std::size_t publish = 0, first_nvfp4 = 0, first_nvfp4_before_wait = 0, first_nvfp4_polling = 0, first_edge = 0,
-              first_edge_before_wait = 0, first_edge_polling = 0, first_stock_norm = 0, stock_quantize = 0;
+  std::size_t publish = 0, first_stock_norm = 0, stock_quantize = 0;
+  std::array<std::size_t, kConsumerTriggers> first_nvfp4{}, first_edge{};  // index: ConsumerTrigger
   // The index of the consumer form of `trigger` for nvfp4_norms[norm] (edge: false) or edge_norms[norm].
   std::size_t consumer_form(bool edge, ConsumerTrigger trigger, std::size_t norm) const {
-    switch (trigger) {
-      case ConsumerTrigger::before_wait:
-        return (edge ? first_edge_before_wait : first_nvfp4_before_wait) + norm;
-      case ConsumerTrigger::polling:
-        return (edge ? first_edge_polling : first_nvfp4_polling) + norm;
-      default:
-        return (edge ? first_edge : first_nvfp4) + norm;
-    }
+    const auto t = static_cast<std::size_t>(trigger);
+    return (edge ? first_edge : first_nvfp4)[t] + norm;
   }
   std::size_t first_gathered_nvfp4 = 0, first_gathered_edge = 0;  // when gathered: one per distinct norm each
   std::vector<GemmPlan> one_launch_plans;  // when one_launch: forms[first_one_launch + i] is one_launch_plans[i]
@@ -106,11 +100,15 @@ inline constexpr int kPollingRows = 8;
 // layer's GEMM, of the same plan). before_wait where that GEMM triggers in its prologue (it copies
 // its whole w on chip, or loads all of it into registers: N = 512, every b), so that its loads
 // overlap this layer's GEMM; elsewhere the GEMM triggers after its own wait, and the consumer
-// polls (b <= kPollingRows) or triggers after its wait (decisions 0016, 0018, 0021, 0022).
+// polls (b <= kPollingRows) or triggers after its wait (decisions 0016, 0018, 0021, 0022). A
+// polling consumer lets the next launch start at its start (polling_early) where the width's GEMM
+// streams w without a ring at few rows (!ring_at_few_rows: N = 1024 at K = 8192), whose prologue
+// is short; once its row is read (polling) beside a ring (decision 0023).
 // POOLER_CONSUMER_TRIGGER overrides it (for comparisons and tests: all give the same bits):
-// before_wait or after_wait at every b, polling at every b whose GEMM triggers after its wait
-// (before_wait elsewhere); any other value is InvalidArgument. run() only: gather() launches the
-// after_wait consumer where this says polling (its publish may follow any kernel of the caller's).
+// before_wait or after_wait at every b, polling or polling_early at every b whose GEMM triggers
+// after its wait (before_wait elsewhere); any other value is InvalidArgument. run() only: gather()
+// launches the after_wait consumer where this says polling or polling_early (its publish may follow
+// any kernel of the caller's).
 ConsumerTrigger consumer_trigger(const GemmPlan& gemm);
 
 // RowSplit::beside_ring for the consumers of width N (reduction length K): whether the rule's GEMM

@@ -237,8 +237,7 @@ void Pooler::Impl::load_mailbox() {
   for (std::size_t i = 0; i < plan.batches.size(); ++i) {
     trigger_by_rows[static_cast<std::size_t>(plan.batches[i])] = plan.consumer_triggers[i];
   }
-  for (ConsumerTrigger trigger :
-       {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait, ConsumerTrigger::polling}) {
+  for (ConsumerTrigger trigger : kAllConsumerTriggers) {
     if (!plan.has_consumers(trigger)) continue;
     for (std::size_t i = 0; i < plan.nvfp4_norms.size(); ++i) {
       const std::size_t form = plan.consumer_form(false, trigger, i);

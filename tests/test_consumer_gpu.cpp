@@ -17,7 +17,8 @@
 //       and with the one-round-trip consumer triggering the next launch before its wait
 //       (ConsumerTrigger::before_wait, as the Pooler's where the next GEMM holds w on chip),
 //       and both variants polling before their wait (ConsumerTrigger::polling, right after the
-//       publish kernels, as the Pooler's run() after a GEMM that triggers after its wait)
+//       publish kernels, as the Pooler's run() after a GEMM that triggers after its wait), the
+//       one-round-trip consumer also with the early polling trigger (ConsumerTrigger::polling_early)
 //
 // Every wait on the GPU has a hard wall-clock limit: a hang ends the program with a
 // message instead of stalling the test run.
@@ -130,9 +131,10 @@ constexpr std::array<ConsumerVariant, 2> kVariants = {ConsumerVariant::baseline,
 
 // nvfp4[i], bf16[i]: [0] the baseline and [1] the one-round-trip consumers triggering after their
 // wait, [2] the one-round-trip consumers triggering before it, [3] the one-round-trip and [4] the
-// baseline consumers polling (RigSetup::form).
+// baseline consumers polling, [5] the one-round-trip consumers polling with the early trigger
+// (RigSetup::form).
 struct TpForms {
-  std::optional<LoadedForm> publish, nvfp4[5], bf16[5];
+  std::optional<LoadedForm> publish, nvfp4[6], bf16[6];
 };
 
 struct Suite : testing::LoopbackSuite {
@@ -143,7 +145,8 @@ struct Suite : testing::LoopbackSuite {
         {ConsumerVariant::one_round_trip, ConsumerTrigger::after_wait},
         {ConsumerVariant::one_round_trip, ConsumerTrigger::before_wait},
         {ConsumerVariant::one_round_trip, ConsumerTrigger::polling},
-        {ConsumerVariant::baseline, ConsumerTrigger::polling}};
+        {ConsumerVariant::baseline, ConsumerTrigger::polling},
+        {ConsumerVariant::one_round_trip, ConsumerTrigger::polling_early}};
     for (const auto& [variant, trigger] : more) {
       for (int tp : kTps) {
         forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, variant, trigger));
@@ -160,7 +163,7 @@ struct Suite : testing::LoopbackSuite {
     }
     stock_norm.emplace(*compiled[i++].entry, context.get());
     stock_quantize.emplace(*compiled[i++].entry, context.get());
-    for (std::size_t form : {1, 2, 3, 4}) {
+    for (std::size_t form : {1, 2, 3, 4, 5}) {
       for (int tp : kTps) {
         TpForms& f = by_tp[tp];
         f.nvfp4[form].emplace(*compiled[i++].entry, context.get());
@@ -179,7 +182,8 @@ class ConsumerGpu : public testing::LoopbackTest<Suite> {};
 // One rig's tp, consumer variant, trigger and CTAs per row; every test runs each of its tps with
 // both variants, and the one-round-trip consumer with each trigger, CTAs per row by the rule (4 at
 // b <= 2, 2 at b = 3 and 4, then 1); the baseline polling; then one CTA per row with both variants
-// and with the polling one-round-trip consumer, 2 and 8 with each variant.
+// and with the polling one-round-trip consumer, 2 and 8 with each variant (and 8 polling with each
+// trigger).
 struct RigSetup {
   int tp = 0;
   ConsumerVariant variant = ConsumerVariant::baseline;
@@ -187,13 +191,15 @@ struct RigSetup {
   int row_ctas = 0;  // RowSplit::ctas: 0 for the rule
   std::string label() const {
     return std::string(", consumer ") + to_string(variant) +
-           (trigger == ConsumerTrigger::before_wait ? ", trigger before wait"
-            : trigger == ConsumerTrigger::polling   ? ", polling"
-                                                    : "") +
+           (trigger == ConsumerTrigger::before_wait     ? ", trigger before wait"
+            : trigger == ConsumerTrigger::polling       ? ", polling"
+            : trigger == ConsumerTrigger::polling_early ? ", polling, early trigger"
+                                                        : "") +
            (row_ctas == 0 ? std::string() : ", " + std::to_string(row_ctas) + " CTAs per row");
   }
   // Its forms in TpForms' consumer arrays.
   std::size_t form() const {
+    if (trigger == ConsumerTrigger::polling_early) return 5;  // one round trip only
     if (trigger == ConsumerTrigger::polling) return variant == ConsumerVariant::baseline ? 4 : 3;
     return variant == ConsumerVariant::baseline ? 0 : trigger == ConsumerTrigger::after_wait ? 1 : 2;
   }
@@ -208,6 +214,7 @@ std::vector<RigSetup> all_setups(std::vector<int> tps = std::vector<int>(kTps.be
   for (ConsumerVariant v : kVariants) {
     for (int tp : tps) out.push_back(RigSetup{tp, v, ConsumerTrigger::polling});
   }
+  for (int tp : tps) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::polling_early});
   for (ConsumerVariant v : kVariants) {
     for (int tp : tps) out.push_back(RigSetup{tp, v, ConsumerTrigger::after_wait, 1});
   }
@@ -219,6 +226,7 @@ std::vector<RigSetup> all_setups(std::vector<int> tps = std::vector<int>(kTps.be
     }
     if (tp == 2 || tp == 4) out.push_back(RigSetup{tp, ConsumerVariant::baseline, ConsumerTrigger::after_wait, 8});
     if (tp == 2 || tp == 4) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::polling, 8});
+    if (tp == 4) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::polling_early, 8});
   }
   return out;
 }
@@ -934,8 +942,7 @@ TEST_P(ConsumerGpu, MissingPeerTimesOutWithARecord) {
         EXPECT_GE(record.row, 0) << where;
         EXPECT_LT(record.row, b) << where;
         // A polling consumer reads the stage itself: it polls for its own slot as for any other.
-        const bool own =
-            tp == 1 && setup.variant == ConsumerVariant::one_round_trip && setup.trigger != ConsumerTrigger::polling;
+        const bool own = tp == 1 && setup.variant == ConsumerVariant::one_round_trip && !polls(setup.trigger);
         if (own) {
           EXPECT_EQ(record.elapsed_ns, 0ull) << where << ": the missing hand-over is found at once";
         } else {

@@ -254,7 +254,8 @@ TEST(GemmConsumeForm, PoolerFormsListOnePerBatchAndNorm) {
 TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitWhereTheGemmHoldsWOnChip) {
   // At TP4's width the rule copies w on chip at b = 1 only: that batch's consumers let the
   // next launch start before their PDL wait ("_tbw" forms, TRIGGER_BEFORE_WAIT=1); b = 8's poll
-  // ("_poll" forms, POLLING=1); the after-wait forms are always there (gather() never polls).
+  // and trigger at their start ("_poll_early" forms, POLLING=1, TRIGGER_BEFORE_WAIT=1); the
+  // after-wait forms are always there (gather() never polls); no batch takes the later polling trigger.
   PoolerConfig config;
   config.tp = 4;
   config.batches = {8, 1};
@@ -266,42 +267,53 @@ TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitWhereTheGemmHoldsWOnChip) {
   ASSERT_TRUE(forms.gemm_plans[0].shape().w_on_chip);
   ASSERT_FALSE(forms.gemm_plans[1].shape().w_on_chip);
   EXPECT_EQ(forms.consumer_triggers,
-            (std::vector<ConsumerTrigger>{ConsumerTrigger::before_wait, ConsumerTrigger::polling}));
-  for (ConsumerTrigger trigger :
-       {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait, ConsumerTrigger::polling}) {
-    const bool before = trigger == ConsumerTrigger::before_wait, polling = trigger == ConsumerTrigger::polling;
+            (std::vector<ConsumerTrigger>{ConsumerTrigger::before_wait, ConsumerTrigger::polling_early}));
+  EXPECT_FALSE(forms.has_consumers(ConsumerTrigger::polling));
+  for (ConsumerTrigger trigger : kAllConsumerTriggers) {
+    if (!forms.has_consumers(trigger)) continue;
+    const bool before = trigger == ConsumerTrigger::before_wait, polling = polls(trigger);
+    const bool early = before || trigger == ConsumerTrigger::polling_early;
+    const std::string suffix = before ? "_tbw" : polling ? (early ? "_poll_early" : "_poll") : "";
     for (std::size_t i = 0; i < forms.nvfp4_norms.size(); ++i) {
       const Form& f = forms.forms.at(forms.consumer_form(false, trigger, i));
       const NormConstants& norm = forms.nvfp4_norms[i];
       EXPECT_EQ(f.name(), nvfp4_consumer_form(4096, 4, kCapacity, norm.eps, norm.gain_center,
                                               ConsumerVariant::one_round_trip, trigger)
                               .name());
-      EXPECT_EQ(f.name().ends_with("_tbw"), before) << f.name();
-      EXPECT_EQ(f.name().ends_with("_poll"), polling) << f.name();
-      EXPECT_NE(f.describe_constants().find(before ? "TRIGGER_BEFORE_WAIT=1" : "TRIGGER_BEFORE_WAIT=0"),
+      EXPECT_TRUE(suffix.empty()
+                      ? !f.name().ends_with("_tbw") && !f.name().ends_with("_poll") && !f.name().ends_with("_early")
+                      : f.name().ends_with(suffix))
+          << f.name();
+      EXPECT_NE(f.describe_constants().find(early ? "TRIGGER_BEFORE_WAIT=1" : "TRIGGER_BEFORE_WAIT=0"),
                 std::string::npos)
           << f.describe_constants();
       EXPECT_NE(f.describe_constants().find(polling ? "POLLING=1" : "POLLING=0"), std::string::npos)
           << f.describe_constants();
     }
     const Form& edge = forms.forms.at(forms.consumer_form(true, trigger, 0));
-    EXPECT_EQ(edge.name().ends_with("_tbw"), before) << edge.name();
-    EXPECT_EQ(edge.name().ends_with("_poll"), polling) << edge.name();
+    if (!suffix.empty()) {
+      EXPECT_TRUE(edge.name().ends_with(suffix)) << edge.name();
+    }
     EXPECT_NE(edge.name().find("pooler_consumer_bf16_1rt"), std::string::npos) << edge.name();
   }
-  EXPECT_EQ(forms.first_gathered_nvfp4, forms.first_edge_polling + forms.edge_norms.size());
+  const auto polling_early = static_cast<std::size_t>(ConsumerTrigger::polling_early);
+  EXPECT_EQ(forms.first_gathered_nvfp4, forms.first_edge[polling_early] + forms.edge_norms.size());
 
   // Where no batch holds w on chip and none polls (b > kPollingRows), only after-wait consumers.
   config.batches = {16, 32};
   const PoolerForms streaming = pooler_forms(config);
   EXPECT_EQ(streaming.consumer_triggers,
             (std::vector<ConsumerTrigger>{ConsumerTrigger::after_wait, ConsumerTrigger::after_wait}));
-  EXPECT_EQ(streaming.first_nvfp4_before_wait, streaming.first_edge_before_wait);
-  EXPECT_EQ(streaming.first_edge_before_wait, streaming.first_nvfp4_polling);
-  EXPECT_EQ(streaming.first_edge_polling, streaming.first_gathered_nvfp4);
+  for (ConsumerTrigger trigger : kAllConsumerTriggers) {
+    if (trigger == ConsumerTrigger::after_wait) continue;
+    const auto t = static_cast<std::size_t>(trigger);
+    EXPECT_EQ(streaming.first_nvfp4[t], streaming.first_gathered_nvfp4) << to_string(trigger);  // empty ranges
+    EXPECT_EQ(streaming.first_edge[t], streaming.first_gathered_nvfp4) << to_string(trigger);
+  }
   for (const Form& f : streaming.forms) {
     EXPECT_FALSE(f.name().ends_with("_tbw")) << f.name();
     EXPECT_FALSE(f.name().ends_with("_poll")) << f.name();
+    EXPECT_FALSE(f.name().ends_with("_poll_early")) << f.name();
   }
 }
 
@@ -586,13 +598,17 @@ TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitAtTp8WidthsAtEveryBatch) {
     EXPECT_EQ(consumer_trigger(plan), ConsumerTrigger::before_wait) << "rows " << rows;
   }
   // Streaming w through the main loop (N = 1024 from b = 2, N = 2048, 4096): the GEMM triggers
-  // after its own wait, so its consumers poll up to kPollingRows rows and wait beyond.
+  // after its own wait, so its consumers poll up to kPollingRows rows and wait beyond; they let the
+  // next launch start at their start where the width has no ring at few rows (N = 1024), once their
+  // row is read beside one (N >= 2048).
   for (int n : {1024, 2048, 4096}) {
+    EXPECT_EQ(ring_at_few_rows(n, kHidden), n >= 2048) << "N " << n;
+    const ConsumerTrigger polling = n == 1024 ? ConsumerTrigger::polling_early : ConsumerTrigger::polling;
     for (int rows : {2, 3, 8, 9, 16, 32}) {
       const GemmPlan plan = choose_gemm_plan(n, kHidden, rows);
       EXPECT_FALSE(plan.prologue_holds_all_of_w()) << "N " << n << ", rows " << rows;
       EXPECT_TRUE(plan.triggers_after_its_wait()) << "N " << n << ", rows " << rows;
-      EXPECT_EQ(consumer_trigger(plan), rows <= kPollingRows ? ConsumerTrigger::polling : ConsumerTrigger::after_wait)
+      EXPECT_EQ(consumer_trigger(plan), rows <= kPollingRows ? polling : ConsumerTrigger::after_wait)
           << "N " << n << ", rows " << rows;
     }
   }
@@ -606,7 +622,7 @@ TEST(PoolerForms, ConsumersPollOnlyAfterAGemmThatTriggersAfterItsWait) {
     for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
       const GemmPlan plan = choose_gemm_plan(n, kHidden, rows);
       const GemmPlan publishing = plan.publishing(GemmPublish{4096 / n, kCapacity});
-      if (consumer_trigger(plan) == ConsumerTrigger::polling) {
+      if (polls(consumer_trigger(plan))) {
         EXPECT_FALSE(publishing.prologue_holds_all_of_w()) << "N " << n << ", rows " << rows;
         EXPECT_FALSE(publishing.shape().w_on_chip) << "N " << n << ", rows " << rows;
       }
@@ -624,8 +640,9 @@ TEST(PoolerForms, ConsumerTriggerCanBeForced) {
   ASSERT_TRUE(on_chip.shape().w_on_chip);
   const GemmPlan many = choose_gemm_plan(1024, kHidden, 16);
   EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::before_wait);
-  EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::polling);
+  EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::polling_early);
   EXPECT_EQ(consumer_trigger(many), ConsumerTrigger::after_wait);
+  EXPECT_EQ(consumer_trigger(choose_gemm_plan(2048, kHidden, 8)), ConsumerTrigger::polling);
   setenv("POOLER_CONSUMER_TRIGGER", "after_wait", 1);
   EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::after_wait);
   EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::after_wait);
@@ -636,15 +653,20 @@ TEST(PoolerForms, ConsumerTriggerCanBeForced) {
   EXPECT_EQ(consumer_trigger(many), ConsumerTrigger::polling);
   EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::before_wait);
   EXPECT_EQ(consumer_trigger(choose_gemm_plan(512, kHidden, 8)), ConsumerTrigger::before_wait);
+  EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::polling);
+  setenv("POOLER_CONSUMER_TRIGGER", "polling_early", 1);
+  EXPECT_EQ(consumer_trigger(many), ConsumerTrigger::polling_early);
+  EXPECT_EQ(consumer_trigger(choose_gemm_plan(2048, kHidden, 8)), ConsumerTrigger::polling_early);
+  EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::before_wait);
   // The names to_string gives are the values the override takes.
-  for (ConsumerTrigger trigger :
-       {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait, ConsumerTrigger::polling}) {
+  for (ConsumerTrigger trigger : kAllConsumerTriggers) {
     setenv("POOLER_CONSUMER_TRIGGER", to_string(trigger), 1);
     EXPECT_EQ(consumer_trigger(many), trigger) << to_string(trigger);
   }
   setenv("POOLER_CONSUMER_TRIGGER", "early", 1);
-  testing::expect_mentions(testing::rejection([&] { consumer_trigger(streaming); }),
-                           {"POOLER_CONSUMER_TRIGGER = \"early\"", "before_wait, after_wait, polling or unset"});
+  testing::expect_mentions(
+      testing::rejection([&] { consumer_trigger(streaming); }),
+      {"POOLER_CONSUMER_TRIGGER = \"early\"", "before_wait, after_wait, polling, polling_early or unset"});
 }
 
 TEST(PoolerForms, ConsumerRowsSpreadOverFourCtasAtMostAndOnlyForFewRows) {

@@ -19,9 +19,10 @@
 // 32; 20 consecutive calls with changing b; PDL on and off; a CUDA-graph replay; the
 // launchers' refusals. Each with both consumer variants (ConsumerVariant; the one-round-trip
 // consumer leaves the mailbox all sentinel after a call, with nothing recorded to clear), and with
-// the one-round-trip consumer polling (ConsumerTrigger::polling) wherever the kernel before it
-// allows it: after the publish kernel always, after the fused GEMM where that GEMM triggers after
-// its own wait (as the Pooler's run()), else triggering after its wait.
+// the one-round-trip consumer polling wherever the kernel before it allows it: after the publish
+// kernel always, after the fused GEMM where that GEMM triggers after its own wait (as the Pooler's
+// run()), else triggering after its wait; with the width's polling trigger (ConsumerTrigger::polling,
+// or polling_early where the width's GEMM has no ring at few rows, as consumer_trigger).
 //
 // Every wait on the GPU has a hard wall-clock limit: a hang ends the program with a
 // message instead of stalling the test run. Outputs are poisoned with different bytes
@@ -219,8 +220,11 @@ struct Suite : testing::LoopbackSuite {
       forms.push_back(publish_form(kPooled, tp, kCapacity));
       forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
       forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip));
-      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
-                                          ConsumerTrigger::polling));
+      // The polling trigger consumer_trigger gives this width.
+      const ConsumerTrigger polling =
+          ring_at_few_rows(kPooled / tp, kHidden) ? ConsumerTrigger::polling : ConsumerTrigger::polling_early;
+      forms.push_back(
+          nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip, polling));
     }
     const std::vector<Lookup> compiled = compile(forms);
     for (std::size_t i = 0; i < first_other; ++i) {

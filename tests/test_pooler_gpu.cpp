@@ -872,12 +872,12 @@ void every_layer_at_every_batch(const RankEnv& env, Harness& harness, const Mode
 
 // How many forms each consumer has at tp 1 and 2 (no batch's GEMM holds w on chip there): the
 // after-wait form, and the polling form where some batch polls (b <= kPollingRows by the rule, every
-// b with POOLER_CONSUMER_TRIGGER=polling), or the before-wait form with POOLER_CONSUMER_TRIGGER=
-// before_wait (ctest entries run the one-rank scenario so: tests/CMakeLists.txt).
+// b with POOLER_CONSUMER_TRIGGER=polling or polling_early), or the before-wait form with
+// POOLER_CONSUMER_TRIGGER=before_wait (ctest entries run the one-rank scenario so: tests/CMakeLists.txt).
 std::size_t consumer_forms_each(const std::vector<int>& batches) {
   const char* env = std::getenv("POOLER_CONSUMER_TRIGGER");
   const std::string mode = env != nullptr ? env : "";
-  if (mode == "before_wait" || mode == "polling") return 2;
+  if (mode == "before_wait" || mode == "polling" || mode == "polling_early") return 2;
   if (mode == "after_wait") return 1;
   return std::any_of(batches.begin(), batches.end(), [](int b) { return b <= kPollingRows; }) ? 2 : 1;
 }

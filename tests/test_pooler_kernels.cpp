@@ -29,12 +29,11 @@ constexpr float kEps = 1e-5f;
 constexpr float kGainCenter = 1.0f;
 
 // The mailbox kernels, the one-round-trip consumers with every trigger, the baseline consumers
-// polling, then the nccl transport's gathered consumers (NVFP4 and BF16), at every tp.
+// polling (both polling triggers), then the nccl transport's gathered consumers (NVFP4 and BF16), at every tp.
 std::vector<Form> every_form() {
   std::vector<Form> forms = mailbox_kernel_forms(kPooled, {1, 2, 4, 8}, kCapacity, kEps, kGainCenter);
   for (int tp : {1, 2, 4, 8}) {
-    for (ConsumerTrigger trigger :
-         {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait, ConsumerTrigger::polling}) {
+    for (ConsumerTrigger trigger : kAllConsumerTriggers) {
       const ConsumerVariant v = ConsumerVariant::one_round_trip;
       forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, trigger));
       forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, trigger));
@@ -42,6 +41,10 @@ std::vector<Form> every_form() {
     const ConsumerVariant baseline = ConsumerVariant::baseline;
     forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, baseline, ConsumerTrigger::polling));
     forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, baseline, ConsumerTrigger::polling));
+    forms.push_back(
+        nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, baseline, ConsumerTrigger::polling_early));
+    forms.push_back(
+        bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, baseline, ConsumerTrigger::polling_early));
     // The trace forms (pooler-kernel-bench --chain --trace): both variants, and the polling one.
     for (ConsumerVariant v : {ConsumerVariant::baseline, ConsumerVariant::one_round_trip}) {
       forms.push_back(
@@ -49,8 +52,10 @@ std::vector<Form> every_form() {
       forms.push_back(
           bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, ConsumerTrigger::after_wait, true));
     }
-    forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
-                                        ConsumerTrigger::polling, true));
+    for (ConsumerTrigger trigger : {ConsumerTrigger::polling, ConsumerTrigger::polling_early}) {
+      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
+                                          trigger, true));
+    }
     for (bool nvfp4 : {true, false}) forms.push_back(gathered_consumer_form(kPooled, tp, kEps, kGainCenter, nvfp4));
   }
   return forms;

@@ -78,8 +78,6 @@ constexpr float kGlobalScale = 448.0f * 6.0f / 5.0f;
 // No healthy poll waits in loopback; a protocol slip ends a call with a record.
 constexpr unsigned long long kTimeoutNs = 1'000'000'000ull;
 constexpr ConsumerVariant kVariants[2] = {ConsumerVariant::baseline, ConsumerVariant::one_round_trip};
-constexpr ConsumerTrigger kTriggers[kConsumerTriggers] = {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait,
-                                                          ConsumerTrigger::polling};
 
 const char* kChainUsage = R"(usage: pooler-kernel-bench --chain [options]
 
@@ -198,6 +196,19 @@ std::vector<GemmPlan> one_launch_plans(int tp, int b, const PoolerGemmShape& sha
           publishing.consuming(GemmConsume{GemmOutput::nvfp4, kEps, kGainCenter})};
 }
 
+// The trigger the chain times beside the rule's where the GEMM triggers after its wait: polling
+// against waiting, and the early polling trigger against the later one.
+ConsumerTrigger alt_trigger_of(ConsumerTrigger rule) {
+  switch (rule) {
+    case ConsumerTrigger::polling:
+      return ConsumerTrigger::after_wait;
+    case ConsumerTrigger::polling_early:
+      return ConsumerTrigger::polling;
+    default:
+      return ConsumerTrigger::polling;
+  }
+}
+
 std::vector<Form> chain_forms(const ChainOptions& o) {
   std::vector<Form> forms = {fill_form(), stock_norm_form(kPooled, kEps, kGainCenter), stock_quantize_form(kPooled)};
   for (const ReadConfig& c : read_configs()) forms.push_back(read_form(c));
@@ -219,7 +230,7 @@ std::vector<Form> chain_forms(const ChainOptions& o) {
     }
     forms.push_back(publish_form(kPooled, tp, kCapacity));
     for (ConsumerVariant v : kVariants) {
-      for (ConsumerTrigger t : kTriggers) {
+      for (ConsumerTrigger t : kAllConsumerTriggers) {
         forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, t));
         forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, t));
       }
@@ -237,8 +248,8 @@ struct ChainRow {
   double floor = 0, fused[2] = {}, one_launch = 0, gemm = 0, publish = 0, publish_gather[2] = {}, stock = 0,
          stock_norm = 0;
   ConsumerTrigger trigger = ConsumerTrigger::after_wait;  // the consumers' (consumer_trigger of the shape)
-  // Where the GEMM triggers after its wait: fused1rt with the other of polling and after_wait
-  // (the rule's choice against the other, in one run); -1 elsewhere.
+  // Where the GEMM triggers after its wait: fused1rt with the rule's choice against another, in one
+  // run (alt_trigger_of); -1 elsewhere.
   double fused_alt = -1;
   ConsumerTrigger alt_trigger = ConsumerTrigger::after_wait;
   int row_ctas = 1;  // the NVFP4 consumers' CTAs per row
@@ -329,8 +340,9 @@ class ChainRig {
     split_ = consumer_row_split(n_, kHidden);  // the Pooler's for this width
     for (int v = 0; v < 2; ++v) {
       for (int t = 0; t < kConsumerTriggers; ++t) {
-        const Form nvfp4 = nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v], kTriggers[t]);
-        const Form bf16 = bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v], kTriggers[t]);
+        const ConsumerTrigger trigger = kAllConsumerTriggers[t];
+        const Form nvfp4 = nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v], trigger);
+        const Form bf16 = bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v], trigger);
         nvfp4_loaded_[v][t].emplace(*gpu.cache.get(nvfp4, gpu.arch).entry, gpu.context);
         bf16_loaded_[v][t].emplace(*gpu.cache.get(bf16, gpu.arch).entry, gpu.context);
         nvfp4_[v][t].emplace(*nvfp4_loaded_[v][t], layout_, 0, binding, kTimeoutNs, split_);
@@ -356,8 +368,7 @@ class ChainRig {
     trigger_ = static_cast<int>(row.trigger);
     alt_ = -1;
     if (shape_plan.triggers_after_its_wait()) {
-      row.alt_trigger =
-          row.trigger == ConsumerTrigger::polling ? ConsumerTrigger::after_wait : ConsumerTrigger::polling;
+      row.alt_trigger = alt_trigger_of(row.trigger);
       alt_ = static_cast<int>(row.alt_trigger);
     }
     row.row_ctas = nvfp4_[0][trigger_]->row_ctas(b);
@@ -564,11 +575,12 @@ class ChainRig {
         std::size_t differ = 0;
         for (std::size_t i = 0; i < bytes; ++i) differ += a[i] != e[i] ? 1 : 0;
         if (differ != 0) {
-          problems += fmt::format("{}{} ({}): {} of {} bytes differ", problems.empty() ? "" : "; ", what,
-                                  v < 2    ? fmt::format("{} consumer", to_string(kVariants[v]))
-                                  : v == 3 ? fmt::format("one-round-trip consumer, {}", to_string(kTriggers[alt_]))
-                                           : "one launch",
-                                  differ, bytes);
+          problems +=
+              fmt::format("{}{} ({}): {} of {} bytes differ", problems.empty() ? "" : "; ", what,
+                          v < 2    ? fmt::format("{} consumer", to_string(kVariants[v]))
+                          : v == 3 ? fmt::format("one-round-trip consumer, {}", to_string(kAllConsumerTriggers[alt_]))
+                                   : "one launch",
+                          differ, bytes);
         }
       };
       if (edge(layer)) {
@@ -597,7 +609,7 @@ class ChainRig {
   std::optional<PublishLauncher> publisher_;
   std::optional<Nvfp4ConsumerLauncher> nvfp4_[2][kConsumerTriggers];
   std::optional<Bf16ConsumerLauncher> bf16_[2][kConsumerTriggers];
-  int trigger_ = 0;  // the consumers' trigger (index into kTriggers) for the row being measured
+  int trigger_ = 0;  // the consumers' trigger (index into kAllConsumerTriggers) for the row being measured
   int alt_ = -1;     // the alternative trigger (ChainRow::alt_trigger) of that row, or -1
   double ceiling_gbps_ = 0;
 };
@@ -723,8 +735,9 @@ int chain_main(int argc, char** argv) {
     std::printf(
         "\nfused: Pooler::run's kernels (the GEMM publishing from its epilogue, then the consumer) per layer;\n"
         "  fused1rt: the same with the one-round-trip consumer (both with the rule's trigger: consumer_trigger);\n"
-        "  1rt-alt: fused1rt polling where the rule waits or waiting where it polls (-1: the GEMM triggers\n"
-        "  before its wait, so no polling); onelaunch: the GEMM's one-launch form, one kernel\n"
+        "  1rt-alt: fused1rt polling where the rule waits, waiting where it polls, and polling with the\n"
+        "  later trigger where it polls with the early one (-1: the GEMM triggers before its wait, so no\n"
+        "  polling); onelaunch: the GEMM's one-launch form, one kernel\n"
         "  per layer; floor: the layer's weight bytes (N x H x 2) at the read ceiling; x_flr = the fastest / floor; "
         "gemm: the plain GEMM alone, chained; gather: [publish\n"
         "  kernel + consumer] - [publish kernel] (gath1rt: one-round-trip consumer); publish: the publish kernel\n"

@@ -1,9 +1,10 @@
 // The consumer of the NVFP4 layers: gathers b rows from the local mailbox, norms and quantizes
 // them (bit for bit the stock path but for a zero code's sign: numerics.md; protocol.md).
 // Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, ONE_ROUND_TRIP (0: baseline),
-// TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait), POLLING (1: reads
-// the state and polls before its PDL wait, which comes at its end; only right after a kernel that
-// triggers after its own wait: protocol.md, "The polling consumer"), TRACE
+// TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait; polling: at its
+// start, else once its row is read), POLLING (1: reads the state and polls before its PDL wait,
+// which comes at its end; only right after a kernel that triggers after its own wait: protocol.md,
+// "The polling consumer"), TRACE
 // (1: consumer_trace.cuh records when each CTA passes each step).
 // Launch: grid (b * row_ctas), block (POOLED / 16); CTA i reads row i / row_ctas, thread t columns
 // [16 t, 16 t + 16) of it (row_split.cuh). Every rank must launch the same grid. Outputs: packed
@@ -22,7 +23,7 @@ static_assert(POOLED % TP == 0 && kShardWidth % 16 == 0, "a 16-column block neve
 static_assert(TP >= 1 && TP <= pooler::kMailboxMaxPeers, "at most kMailboxMaxPeers ranks");
 static_assert(ONE_ROUND_TRIP == 0 || ONE_ROUND_TRIP == 1, "ONE_ROUND_TRIP is 0 or 1");
 static_assert(TRIGGER_BEFORE_WAIT == 0 || TRIGGER_BEFORE_WAIT == 1, "TRIGGER_BEFORE_WAIT is 0 or 1");
-static_assert(POLLING == 0 || (POLLING == 1 && TRIGGER_BEFORE_WAIT == 0), "POLLING is 0 or 1, and 1 triggers after");
+static_assert(POLLING == 0 || POLLING == 1, "POLLING is 0 or 1");
 static_assert(TRACE == 0 || TRACE == 1, "TRACE is 0 or 1");
 
 namespace {
@@ -85,9 +86,11 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   }
   const float gs = ld_global_f32(global_scale);
   // The next launch may start before the wait where its prologue holds its whole w on chip
-  // (docs/decisions/0016-consumer-trigger-before-wait.md). A polling consumer waits only at its end.
+  // (docs/decisions/0016-consumer-trigger-before-wait.md). A polling consumer waits only at its end;
+  // it lets the next launch start once its row is read, or at once where the next GEMM's prologue
+  // is short (docs/decisions/0023-polling-consumer-early-trigger.md).
+  if constexpr (TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
   if constexpr (!POLLING) {
-    if constexpr (TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
     pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
     if constexpr (!TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
   }
@@ -110,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
     mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
     trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
   }
-  if constexpr (POLLING) pdl_launch_dependents();  // every CTA has its row: the next launch may start
+  if constexpr (POLLING && !TRIGGER_BEFORE_WAIT) pdl_launch_dependents();  // every CTA has its row
   u8* packed_row = packed + static_cast<unsigned long long>(row) * (POOLED / 2);
   u8* scales_row = scales + static_cast<unsigned long long>(row) * (POOLED / 16);
   __shared__ __align__(16) u32 stash_words[POOLED / 2];

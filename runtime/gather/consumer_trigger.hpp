@@ -12,8 +12,18 @@ namespace pooler {
 // polling: reads the state and polls the mailbox before its PDL wait, triggers once its row is
 // read, and waits at its end (decision 0022). Valid only right after a kernel that triggers after
 // its own wait (the publish kernel; a GEMM whose prologue does not hold all of w: consumer_trigger),
-// since it reads the stage the previous call's consumer advanced.
-enum class ConsumerTrigger { after_wait, before_wait, polling };
-inline constexpr int kConsumerTriggers = 3;
+// since it reads the stage the previous call's consumer advanced. polling_early: the same, but
+// triggers at its start, so that the next GEMM's prologue overlaps the poll; pays where that
+// prologue is short (decision 0023).
+enum class ConsumerTrigger { after_wait, before_wait, polling, polling_early };
+inline constexpr int kConsumerTriggers = 4;
+inline constexpr ConsumerTrigger kAllConsumerTriggers[kConsumerTriggers] = {
+    ConsumerTrigger::after_wait, ConsumerTrigger::before_wait, ConsumerTrigger::polling,
+    ConsumerTrigger::polling_early};
+
+// Whether the consumer reads the state and polls before its PDL wait (POLLING = 1).
+constexpr bool polls(ConsumerTrigger trigger) {
+  return trigger == ConsumerTrigger::polling || trigger == ConsumerTrigger::polling_early;
+}
 
 }  // namespace pooler

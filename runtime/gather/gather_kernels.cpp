@@ -77,6 +77,8 @@ const char* to_string(ConsumerTrigger trigger) {
       return "before_wait";
     case ConsumerTrigger::polling:
       return "polling";
+    case ConsumerTrigger::polling_early:
+      return "polling_early";
     case ConsumerTrigger::after_wait:
       break;
   }
@@ -109,22 +111,23 @@ Form mailbox_form(const char* caller, const std::string& name, const char* file,
 }
 
 // A consumer: a mailbox form with the norm's constants, which its name carries, its
-// variant (ONE_ROUND_TRIP; "_1rt" after the kind), its trigger ("_tbw" or "_poll" at the end)
+// variant (ONE_ROUND_TRIP; "_1rt" after the kind), its trigger ("_tbw", "_poll" or "_poll_early" at the end)
 // and whether it records a trace ("_trace" last).
 Form consumer_form(const char* caller, const char* kind, const char* file, const char* entry, int pooled, int tp,
                    int capacity, float eps, float gain_center, ConsumerVariant variant, ConsumerTrigger trigger,
                    bool trace) {
   check_norm_constants(caller, eps, gain_center);
-  const bool before_wait = trigger == ConsumerTrigger::before_wait;
-  const bool polling = trigger == ConsumerTrigger::polling;
+  // TRIGGER_BEFORE_WAIT: before the PDL wait, or for a polling consumer at its start.
+  const bool early = trigger == ConsumerTrigger::before_wait || trigger == ConsumerTrigger::polling_early;
+  const bool polling = polls(trigger);
   const std::string name = shape_name((std::string(kind) + variant_suffix(variant)).c_str(), pooled, tp, capacity) +
-                           fmt::format("_eps{}_gc{}", eps, gain_center) + (before_wait ? "_tbw" : "") +
-                           (polling ? "_poll" : "") + (trace ? "_trace" : "");
+                           fmt::format("_eps{}_gc{}", eps, gain_center) + (polling ? "_poll" : "") +
+                           (early ? (polling ? "_early" : "_tbw") : "") + (trace ? "_trace" : "");
   return mailbox_form(caller, name, file, entry, pooled, tp, capacity)
       .set("EPS", eps)
       .set("GAIN_CENTER", gain_center)
       .set("ONE_ROUND_TRIP", variant == ConsumerVariant::one_round_trip ? 1 : 0)
-      .set("TRIGGER_BEFORE_WAIT", before_wait ? 1 : 0)
+      .set("TRIGGER_BEFORE_WAIT", early ? 1 : 0)
       .set("POLLING", polling ? 1 : 0)
       .set("TRACE", trace ? 1 : 0);
 }

@@ -40,7 +40,7 @@ inline constexpr int kPublishThreads = 128;
 //                   one mailbox.
 enum class ConsumerVariant { baseline, one_round_trip };
 const char* to_string(ConsumerVariant variant);
-// "after_wait", "before_wait" or "polling", as POOLER_CONSUMER_TRIGGER spells them.
+// "after_wait", "before_wait", "polling" or "polling_early", as POOLER_CONSUMER_TRIGGER spells them.
 const char* to_string(ConsumerTrigger trigger);
 
 // ---- forms ------------------------------------------------------------------------
@@ -49,8 +49,8 @@ const char* to_string(ConsumerTrigger trigger);
 // and > 0, gain_center finite.
 // Form names carry the shape ("pooler_publish_p4096_tp4_cap32"; a one_round_trip
 // consumer's kind ends in "_1rt": "pooler_consumer_nvfp4_1rt_p4096_..."; a before_wait
-// consumer's name ends in "_tbw", a polling one's in "_poll"); launchers check it. A polling
-// consumer must be launched right after a kernel that triggers after its own PDL wait
+// consumer's name ends in "_tbw", a polling one's in "_poll" or "_poll_early"); launchers check it.
+// A polling consumer must be launched right after a kernel that triggers after its own PDL wait
 // (ConsumerTrigger::polling).
 
 Form publish_form(int pooled, int tp, int capacity);
