@@ -31,6 +31,7 @@ namespace pooler::kernel_bench {
 // The consumer section's fixed shape (the model's pooled width and the engine's
 // slot capacity) and norm constants.
 inline constexpr int kConsumerPooled = 4096;
+inline constexpr int kConsumerHidden = 8192;  // H: the consumers' row split depends on the GEMM of P / tp
 inline constexpr int kConsumerCapacity = 32;
 inline constexpr float kConsumerEps = 1e-5f;
 inline constexpr float kConsumerGainCenter = 1.0f;

@@ -1,5 +1,5 @@
-// The consumer section: the mailbox consumers (NVFP4, and BF16 gather + norm)
-// through a loopback mailbox (harness::LoopbackMailbox), as
+// The consumer section: the Pooler's mailbox consumers (one round trip; NVFP4,
+// and BF16 gather + norm) through a loopback mailbox (harness::LoopbackMailbox), as
 // tests/test_consumer_gpu.cpp builds it. A consumer's cost is [tp publishes +
 // consumer] per call minus [tp publishes] per call, both from graphs of many
 // whole calls; the stock norm + quantize on the same rows is timed alongside.
@@ -16,6 +16,7 @@
 
 #include "runtime/comm/mailbox.hpp"
 #include "runtime/gather/gather_kernels.hpp"
+#include "runtime/pooler_forms.hpp"
 #include "runtime/jit/driver.hpp"
 #include "runtime/jit/kernel.hpp"
 #include "tools/harness/host_data.hpp"
@@ -57,20 +58,21 @@ class LoopbackRig {
   LoopbackRig(KernelCache& cache, const std::string& arch, CUcontext context, CUstream stream, int tp,
               std::mt19937_64& random)
       : publish_loaded_(*cache.get(publish_form(kConsumerPooled, tp, kConsumerCapacity), arch).entry, context),
-        nvfp4_loaded_(
-            *cache
-                 .get(nvfp4_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter),
-                      arch)
-                 .entry,
-            context),
-        bf16_loaded_(
-            *cache
-                 .get(bf16_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter),
-                      arch)
-                 .entry,
-            context),
+        nvfp4_loaded_(*cache
+                           .get(nvfp4_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps,
+                                                    kConsumerGainCenter, ConsumerVariant::one_round_trip),
+                                arch)
+                           .entry,
+                      context),
+        bf16_loaded_(*cache
+                          .get(bf16_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps,
+                                                  kConsumerGainCenter, ConsumerVariant::one_round_trip),
+                               arch)
+                          .entry,
+                     context),
         loopback_(publish_loaded_, nvfp4_loaded_, bf16_loaded_,
-                  MailboxLayout::make(kConsumerPooled, tp, kConsumerCapacity), stream, kConsumerTimeoutNs),
+                  MailboxLayout::make(kConsumerPooled, tp, kConsumerCapacity), stream, kConsumerTimeoutNs, 0,
+                  consumer_row_split(kConsumerPooled / tp, kConsumerHidden)),
         shard_bytes_(sz(kConsumerCapacity) * sz(loopback_.layout().width()) * 2),
         shards_(shard_bytes_ * sz(tp)),
         gathered_(sz(kConsumerCapacity) * sz(kConsumerPooled) * 2),
@@ -236,10 +238,11 @@ void measure_consumers(const Options& o, KernelCache& cache, const std::string& 
   const unsigned long long calls_per_timing = static_cast<unsigned long long>(o.replays + 2) * sz(o.consumer_calls);
 
   std::printf(
-      "\nconsumer kernels (loopback): P %d, capacity %d, eps %g, gain center %g; us per call, medians of %d "
-      "replays of %d-call graphs\n",
-      kConsumerPooled, kConsumerCapacity, static_cast<double>(kConsumerEps), static_cast<double>(kConsumerGainCenter),
-      o.replays, o.consumer_calls);
+      "\nconsumer kernels (loopback): the one-round-trip consumers (the Pooler's), triggering after their wait "
+      "(as gather()),\nrows over CTAs as the Pooler's at H %d; P %d, capacity %d, eps %g, gain center %g; us per "
+      "call, medians of %d replays of %d-call graphs\n",
+      kConsumerHidden, kConsumerPooled, kConsumerCapacity, static_cast<double>(kConsumerEps),
+      static_cast<double>(kConsumerGainCenter), o.replays, o.consumer_calls);
   std::printf("%3s %3s   %s   %s\n", "", "", "------------------- PDL on -------------------",
               "------------------ PDL off -------------------");
   std::printf("%3s %3s   %8s %8s %9s %8s %9s   %8s %8s %9s %8s %9s   %s\n", "tp", "b", "nvfp4", "bf16", "stock_nq",
@@ -314,8 +317,19 @@ class ConsumerSection final : public Section {
  public:
   explicit ConsumerSection(const Options& options) : o_(options) {}
 
+  // What LoopbackRig and measure_consumers load.
   std::vector<Form> forms() const override {
-    return mailbox_kernel_forms(kConsumerPooled, o_.consumer_tps, kConsumerCapacity, kConsumerEps, kConsumerGainCenter);
+    std::vector<Form> forms;
+    for (int tp : o_.consumer_tps) {
+      forms.push_back(publish_form(kConsumerPooled, tp, kConsumerCapacity));
+      forms.push_back(nvfp4_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter,
+                                          ConsumerVariant::one_round_trip));
+      forms.push_back(bf16_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter,
+                                         ConsumerVariant::one_round_trip));
+    }
+    forms.push_back(stock_norm_form(kConsumerPooled, kConsumerEps, kConsumerGainCenter));
+    forms.push_back(stock_quantize_form(kConsumerPooled));
+    return forms;
   }
 
   // An error here still leaves the figures measured so far in the JSON.

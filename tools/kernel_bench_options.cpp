@@ -19,9 +19,10 @@ const char* kUsage = R"(usage: pooler-kernel-bench [options]
 
 Measures, on GPU 0: the streaming-read bandwidth ceiling, the pooler GEMM
 c[b, N] = x[b, K] @ w[N, K].T with cold weights (PDL off and on), cuBLAS on
-the same shapes, and the mailbox consumer kernels through a loopback mailbox
-(P = 4096, capacity 32, eps 1e-5, gain center 1; PDL on and off) against the
-stock norm + quantize. Without a GPU it compiles the forms, says so and exits 0.
+the same shapes, and the mailbox consumer kernels (the Pooler's one-round-trip
+consumers) through a loopback mailbox (P = 4096, capacity 32, eps 1e-5, gain
+center 1; PDL on and off) against the stock norm + quantize. Without a GPU it
+compiles the forms, says so and exits 0.
 
 options:
   --batches LIST    batches b, comma-separated (default 1,2,4,8,16)

@@ -12,7 +12,7 @@
 //      tail, as in the engine).
 //   3. cuBLAS (cublasGemmEx, BF16 in and out, FP32 compute) on the same shapes
 //      and the same rotation, as c^T = w * x^T in column-major terms.
-//   4. The mailbox consumers (NVFP4, and BF16 gather + norm) through a
+//   4. The mailbox consumers (one round trip; NVFP4, and BF16 gather + norm) through a
 //      loopback mailbox, as tests/test_consumer_gpu.cpp builds it: every peer
 //      address of the publish kernel is the one local mailbox and a call
 //      publishes once per rank r = 0..tp-1, so the consumer sees a tp-GPU
