@@ -3,6 +3,7 @@
 // tests/test_consumer_gpu.cpp builds it. A consumer's cost is [tp publishes +
 // consumer] per call minus [tp publishes] per call, both from graphs of many
 // whole calls; the stock norm + quantize on the same rows is timed alongside.
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -51,25 +52,24 @@ struct ConsumerRow {
   std::string check;         // "ok", or what went wrong
 };
 
+// The forms a tp's rig loads: the publish, then the Pooler's NVFP4 and BF16 consumers (one round
+// trip, triggering after their wait).
+std::array<Form, 3> rig_forms(int tp) {
+  const ConsumerVariant v = ConsumerVariant::one_round_trip;
+  return {publish_form(kConsumerPooled, tp, kConsumerCapacity),
+          nvfp4_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter, v),
+          bf16_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter, v)};
+}
+
 // One tp's loopback mailbox (harness::LoopbackMailbox) with random shards, the
 // consumers' outputs and the stock path's on the same rows.
 class LoopbackRig {
  public:
   LoopbackRig(KernelCache& cache, const std::string& arch, CUcontext context, CUstream stream, int tp,
               std::mt19937_64& random)
-      : publish_loaded_(*cache.get(publish_form(kConsumerPooled, tp, kConsumerCapacity), arch).entry, context),
-        nvfp4_loaded_(*cache
-                           .get(nvfp4_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps,
-                                                    kConsumerGainCenter, ConsumerVariant::one_round_trip),
-                                arch)
-                           .entry,
-                      context),
-        bf16_loaded_(*cache
-                          .get(bf16_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps,
-                                                  kConsumerGainCenter, ConsumerVariant::one_round_trip),
-                               arch)
-                          .entry,
-                     context),
+      : publish_loaded_(*cache.get(rig_forms(tp)[0], arch).entry, context),
+        nvfp4_loaded_(*cache.get(rig_forms(tp)[1], arch).entry, context),
+        bf16_loaded_(*cache.get(rig_forms(tp)[2], arch).entry, context),
         loopback_(publish_loaded_, nvfp4_loaded_, bf16_loaded_,
                   MailboxLayout::make(kConsumerPooled, tp, kConsumerCapacity), stream, kConsumerTimeoutNs, 0,
                   consumer_row_split(kConsumerPooled / tp, kConsumerHidden)),
@@ -321,11 +321,7 @@ class ConsumerSection final : public Section {
   std::vector<Form> forms() const override {
     std::vector<Form> forms;
     for (int tp : o_.consumer_tps) {
-      forms.push_back(publish_form(kConsumerPooled, tp, kConsumerCapacity));
-      forms.push_back(nvfp4_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter,
-                                          ConsumerVariant::one_round_trip));
-      forms.push_back(bf16_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter,
-                                         ConsumerVariant::one_round_trip));
+      for (const Form& form : rig_forms(tp)) forms.push_back(form);
     }
     forms.push_back(stock_norm_form(kConsumerPooled, kConsumerEps, kConsumerGainCenter));
     forms.push_back(stock_quantize_form(kConsumerPooled));
