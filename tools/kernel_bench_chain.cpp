@@ -196,19 +196,6 @@ std::vector<GemmPlan> one_launch_plans(int tp, int b, const PoolerGemmShape& sha
           publishing.consuming(GemmConsume{GemmOutput::nvfp4, kEps, kGainCenter})};
 }
 
-// The trigger the chain times beside the rule's where the GEMM triggers after its wait: polling
-// against waiting, and the early polling trigger against the later one.
-ConsumerTrigger alt_trigger_of(ConsumerTrigger rule) {
-  switch (rule) {
-    case ConsumerTrigger::polling:
-      return ConsumerTrigger::after_wait;
-    case ConsumerTrigger::polling_early:
-      return ConsumerTrigger::polling;
-    default:
-      return ConsumerTrigger::polling;
-  }
-}
-
 std::vector<Form> chain_forms(const ChainOptions& o) {
   std::vector<Form> forms = {fill_form(), stock_norm_form(kPooled, kEps, kGainCenter), stock_quantize_form(kPooled)};
   for (const ReadConfig& c : read_configs()) forms.push_back(read_form(c));
@@ -248,8 +235,8 @@ struct ChainRow {
   double floor = 0, fused[2] = {}, one_launch = 0, gemm = 0, publish = 0, publish_gather[2] = {}, stock = 0,
          stock_norm = 0;
   ConsumerTrigger trigger = ConsumerTrigger::after_wait;  // the consumers' (consumer_trigger of the shape)
-  // Where the GEMM triggers after its wait: fused1rt with the rule's choice against another, in one
-  // run (alt_trigger_of); -1 elsewhere.
+  // Where the GEMM triggers after its wait: fused1rt with another trigger than the rule's, in one
+  // run (waiting where the rule polls, else polling with the later trigger); -1 elsewhere.
   double fused_alt = -1;
   ConsumerTrigger alt_trigger = ConsumerTrigger::after_wait;
   int row_ctas = 1;  // the NVFP4 consumers' CTAs per row
@@ -368,7 +355,9 @@ class ChainRig {
     trigger_ = static_cast<int>(row.trigger);
     alt_ = -1;
     if (shape_plan.triggers_after_its_wait()) {
-      row.alt_trigger = alt_trigger_of(row.trigger);
+      // polling -> after_wait; after_wait and polling_early -> polling.
+      row.alt_trigger =
+          row.trigger == ConsumerTrigger::polling ? ConsumerTrigger::after_wait : ConsumerTrigger::polling;
       alt_ = static_cast<int>(row.alt_trigger);
     }
     row.row_ctas = nvfp4_[0][trigger_]->row_ctas(b);
