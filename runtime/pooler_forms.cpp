@@ -31,7 +31,11 @@ ConsumerTrigger consumer_trigger(const GemmPlan& gemm) {
   if (mode == "polling") return ConsumerTrigger::polling;
   if (mode == "polling_early") return ConsumerTrigger::polling_early;
   if (gemm.rows() > kPollingRows) return ConsumerTrigger::after_wait;
-  return ring_at_few_rows(gemm.n(), gemm.k()) ? ConsumerTrigger::polling : ConsumerTrigger::polling_early;
+  return polling_trigger(gemm.n(), gemm.k());
+}
+
+ConsumerTrigger polling_trigger(int n, int k) {
+  return ring_at_few_rows(n, k) ? ConsumerTrigger::polling : ConsumerTrigger::polling_early;
 }
 
 bool ring_at_few_rows(int n, int k) {

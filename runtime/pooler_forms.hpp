@@ -68,12 +68,12 @@ struct PoolerForms {
   // for after_wait always (gather() never polls) and for the others where some batch takes them;
   // the BF16 consumers likewise from first_edge[t].
   std::vector<ConsumerTrigger> consumer_triggers;
-  bool any(ConsumerTrigger trigger) const {
-    return std::find(consumer_triggers.begin(), consumer_triggers.end(), trigger) != consumer_triggers.end();
-  }
   // Whether the consumers of `trigger` are among the forms: after_wait always, the others where some
   // batch takes them.
-  bool has_consumers(ConsumerTrigger trigger) const { return trigger == ConsumerTrigger::after_wait || any(trigger); }
+  bool has_consumers(ConsumerTrigger trigger) const {
+    return trigger == ConsumerTrigger::after_wait ||
+           std::find(consumer_triggers.begin(), consumer_triggers.end(), trigger) != consumer_triggers.end();
+  }
   std::size_t publish = 0, first_stock_norm = 0, stock_quantize = 0;
   std::array<std::size_t, kConsumerTriggers> first_nvfp4{}, first_edge{};  // index: ConsumerTrigger
   // The index of the consumer form of `trigger` for nvfp4_norms[norm] (edge: false) or edge_norms[norm].
@@ -110,6 +110,10 @@ inline constexpr int kPollingRows = 8;
 // launches the after_wait consumer where this says polling or polling_early (its publish may follow
 // any kernel of the caller's).
 ConsumerTrigger consumer_trigger(const GemmPlan& gemm);
+
+// The rule's polling trigger at width N (reduction length K), what consumer_trigger gives where the
+// consumers poll: polling_early unless ring_at_few_rows(n, k), else polling (decision 0023).
+ConsumerTrigger polling_trigger(int n, int k);
 
 // RowSplit::beside_ring for the consumers of width N (reduction length K): whether the rule's GEMM
 // streams w through a shared-memory ring at some b <= kRowSplitCtas (N >= 2048 at K = 8192;

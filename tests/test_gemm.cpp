@@ -604,6 +604,7 @@ TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitAtTp8WidthsAtEveryBatch) {
   for (int n : {1024, 2048, 4096}) {
     EXPECT_EQ(ring_at_few_rows(n, kHidden), n >= 2048) << "N " << n;
     const ConsumerTrigger polling = n == 1024 ? ConsumerTrigger::polling_early : ConsumerTrigger::polling;
+    EXPECT_EQ(polling_trigger(n, kHidden), polling) << "N " << n;
     for (int rows : {2, 3, 8, 9, 16, 32}) {
       const GemmPlan plan = choose_gemm_plan(n, kHidden, rows);
       EXPECT_FALSE(plan.prologue_holds_all_of_w()) << "N " << n << ", rows " << rows;

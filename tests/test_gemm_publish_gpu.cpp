@@ -220,11 +220,8 @@ struct Suite : testing::LoopbackSuite {
       forms.push_back(publish_form(kPooled, tp, kCapacity));
       forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
       forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip));
-      // The polling trigger consumer_trigger gives this width.
-      const ConsumerTrigger polling =
-          ring_at_few_rows(kPooled / tp, kHidden) ? ConsumerTrigger::polling : ConsumerTrigger::polling_early;
-      forms.push_back(
-          nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip, polling));
+      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
+                                          polling_trigger(kPooled / tp, kHidden)));
     }
     const std::vector<Lookup> compiled = compile(forms);
     for (std::size_t i = 0; i < first_other; ++i) {

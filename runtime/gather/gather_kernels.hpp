@@ -50,8 +50,8 @@ const char* to_string(ConsumerTrigger trigger);
 // Form names carry the shape ("pooler_publish_p4096_tp4_cap32"; a one_round_trip
 // consumer's kind ends in "_1rt": "pooler_consumer_nvfp4_1rt_p4096_..."; a before_wait
 // consumer's name ends in "_tbw", a polling one's in "_poll" or "_poll_early"); launchers check it.
-// A polling consumer must be launched right after a kernel that triggers after its own PDL wait
-// (ConsumerTrigger::polling).
+// A polling consumer (ConsumerTrigger::polling, polling_early) must be launched right after a
+// kernel that triggers after its own PDL wait.
 
 Form publish_form(int pooled, int tp, int capacity);
 // `trace` (a diagnostic: pooler-kernel-bench --chain --trace): the consumer also records
