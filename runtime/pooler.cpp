@@ -170,32 +170,6 @@ ExpertInput Pooler::Impl::gather_to(int layer, int b, const ExpertInput& out, CU
   return result;
 }
 
-// run() with one_launch: one kernel (`x` and `out` checked by the caller).
-ExpertInput Pooler::Impl::one_launch_to(int layer, const TensorView& x, const ExpertInput& out, CUstream stream) {
-  const PoolerLayer& spec = options.layers[static_cast<std::size_t>(layer)];
-  const std::size_t b = static_cast<std::size_t>(x.shape[0]);
-  ensure_current(context->get());
-  GemmConsumeOutputs outputs;
-  outputs.norm_weight = spec.norm_weight.data;
-  ExpertInput result;
-  if (spec.nvfp4()) {
-    outputs.global_scale = spec.global_scale->data;
-    outputs.packed = out.packed.data;
-    outputs.scales = out.scales.data;
-    result.nvfp4 = true;
-    result.packed = out.packed;
-    result.scales = out.scales;
-  } else {
-    outputs.rows = rows.get();
-    outputs.normed = out.normed.data;
-    result.normed = out.normed;
-  }
-  one_launch_of_layer[static_cast<std::size_t>(layer)][b]->launch_consume(
-      stream, x.data, spec.weight.data, shard.get(), peers, state->binding(mailbox->local()), rank, outputs, layer,
-      static_cast<unsigned long long>(options.spin_timeout.count()), options.enable_pdl);
-  return result;
-}
-
 TensorView Pooler::project(int layer, const TensorView& x, CUstream stream) {
   Impl& s = *impl_;
   s.check_usable();
@@ -260,7 +234,6 @@ ExpertInput Pooler::run(int layer, const TensorView& x, CUstream stream) {
   const PoolerLayer& spec = s.layer_at(layer, "run");
   const int b = s.rows_of(x, "run");
   const PoolerGemm& gemm = s.gemm_for(b, "run", stream);
-  if (s.launches_once(layer, b)) return s.one_launch_to(layer, x, s.scratch_outputs(layer, b), stream);
   s.project_and_publish(spec, x, gemm, stream);
   return s.gather_to(layer, b, s.scratch_outputs(layer, b), stream, true);
 }
@@ -272,7 +245,6 @@ ExpertInput Pooler::run(int layer, const TensorView& x, const ExpertInput& out, 
   const int b = s.rows_of(x, "run");
   const PoolerGemm& gemm = s.gemm_for(b, "run", stream);
   s.check_outputs(layer, b, out, "run");
-  if (s.launches_once(layer, b)) return s.one_launch_to(layer, x, out, stream);
   s.project_and_publish(spec, x, gemm, stream);
   return s.gather_to(layer, b, out, stream, true);
 }

@@ -73,8 +73,6 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
   }
   out.publish = out.forms.size();
   if (config.mailbox) out.forms.push_back(publish_form(config.pooled, config.tp, config.capacity));
-  const ConsumerVariant variant =
-      config.one_round_trip_consumer ? ConsumerVariant::one_round_trip : ConsumerVariant::baseline;
   if (config.mailbox) {
     for (const GemmPlan& plan : out.gemm_plans) out.consumer_triggers.push_back(consumer_trigger(plan));
   }
@@ -83,7 +81,7 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
     if (config.mailbox && out.has_consumers(trigger)) {
       for (const NormConstants& norm : norms) {
         out.forms.push_back(
-            make(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, variant, trigger, false));
+            make(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, trigger, false));
       }
     }
     return first;
@@ -114,21 +112,6 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
     }
     out.stock_quantize = out.forms.size();
     out.forms.push_back(stock_quantize_form(config.pooled));
-  }
-  out.first_one_launch = out.forms.size();
-  if (config.mailbox && config.one_launch) {
-    const GemmPublish publish{config.tp, config.capacity};
-    for (const GemmPlan& plan : out.gemm_plans) {
-      const GemmPlan publishing = plan.publishing(publish);
-      for (const NormConstants& norm : out.nvfp4_norms) {
-        out.one_launch_plans.push_back(
-            publishing.consuming(GemmConsume{GemmOutput::nvfp4, norm.eps, norm.gain_center}));
-      }
-      for (const NormConstants& norm : out.edge_norms) {
-        out.one_launch_plans.push_back(publishing.consuming(GemmConsume{GemmOutput::bf16, norm.eps, norm.gain_center}));
-      }
-    }
-    for (const GemmPlan& plan : out.one_launch_plans) out.forms.push_back(plan.form());
   }
   return out;
 }

@@ -40,10 +40,8 @@ struct PoolerConfig {
   std::optional<PoolerGemmShape> gemm_shape;
   bool stock = false;        // also the stock norm (per norm) and quantize forms, for tests and benchmarks
   bool fuse_publish = true;  // also a publishing GEMM per batch (run() without a publish kernel), as Pooler does
-  bool one_round_trip_consumer = false;  // the consumers' ConsumerVariant::one_round_trip forms
-  bool mailbox = true;      // the lamport transport's forms: publish, mailbox consumers (and publishing GEMMs)
-  bool gathered = false;    // the nccl transport's consumers (consumer_gathered.cu), one per distinct norm
-  bool one_launch = false;  // also the GEMM's one-launch form per batch and NVFP4 norm, and per batch and edge norm
+  bool mailbox = true;       // the lamport transport's forms: publish, mailbox consumers (and publishing GEMMs)
+  bool gathered = false;     // the nccl transport's consumers (consumer_gathered.cu), one per distinct norm
 };
 
 // The forms, in this order: a GEMM per batch (ascending, duplicates dropped),
@@ -51,8 +49,7 @@ struct PoolerConfig {
 // consumers (each in the order given, duplicates dropped), then for each other trigger of
 // kAllConsumerTriggers that some batch's consumers take (consumer_trigger), both again with that
 // trigger; when `gathered`: the gathered NVFP4 consumers, the
-// gathered BF16 consumers (same order); then, when `stock`, a stock norm per distinct norm and the stock quantize;
-// then, when `one_launch`, per batch the one-launch GEMM of each NVFP4 norm, then of each edge norm.
+// gathered BF16 consumers (same order); then, when `stock`, a stock norm per distinct norm and the stock quantize.
 // Index fields of a part that is not there point past the forms before it (an empty range).
 struct PoolerForms {
   std::vector<Form> forms;
@@ -82,13 +79,6 @@ struct PoolerForms {
     return (edge ? first_edge : first_nvfp4)[t] + norm;
   }
   std::size_t first_gathered_nvfp4 = 0, first_gathered_edge = 0;  // when gathered: one per distinct norm each
-  std::vector<GemmPlan> one_launch_plans;  // when one_launch: forms[first_one_launch + i] is one_launch_plans[i]
-  std::size_t first_one_launch = 0;
-  // When one_launch: the index into one_launch_plans of batches[batch]'s form for nvfp4_norms[norm] (edge: false)
-  // or edge_norms[norm] (edge: true).
-  std::size_t one_launch_plan(std::size_t batch, bool edge, std::size_t norm) const {
-    return batch * (nvfp4_norms.size() + edge_norms.size()) + (edge ? nvfp4_norms.size() : 0) + norm;
-  }
 };
 
 PoolerForms pooler_forms(const PoolerConfig& config);

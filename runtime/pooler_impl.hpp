@@ -65,10 +65,6 @@ struct Pooler::Impl {
   std::vector<std::string> form_lines;
   // Set by check_usable() (const) when it finds a timeout record: the Pooler,
   // like a CUDA stream, is used from one thread at a time.
-  bool one_round_trip = false;  // the consumers' variant: options or POOLER_CONSUMER (compile())
-  bool one_launch = false;      // run(): the GEMM's one-launch form; options or POOLER_ONE_LAUNCH (compile())
-  std::vector<std::unique_ptr<PoolerGemm>> one_launch_gemms;        // when one_launch: the plan's one-launch forms
-  std::vector<std::vector<const PoolerGemm*>> one_launch_of_layer;  // [layer][b]; null where b has none
   mutable bool failed = false;
   mutable std::string failure;
 
@@ -83,7 +79,6 @@ struct Pooler::Impl {
   std::vector<int> gather_flags(int mine, const char* why);
   void choose_transport_collectively();
   void all_gather(CUdeviceptr block, int b, CUstream stream) const;
-  void load_one_launch();
   void agree_on_success(const std::string& local_error, const char* step);
   PoolerForms plan;
   std::vector<Lookup> lookups;
@@ -97,11 +92,6 @@ struct Pooler::Impl {
   ExpertInput scratch_outputs(int layer, int b) const;
   void project_and_publish(const PoolerLayer& spec, const TensorView& x, const PoolerGemm& gemm, CUstream stream);
   ExpertInput gather_to(int layer, int b, const ExpertInput& out, CUstream stream, bool after_publish);
-  ExpertInput one_launch_to(int layer, const TensorView& x, const ExpertInput& out, CUstream stream);
-  // Whether run() of `layer` at b launches one kernel (one_launch, and the form fits the GPU).
-  bool launches_once(int layer, int b) const {
-    return one_launch && one_launch_of_layer[static_cast<std::size_t>(layer)][static_cast<std::size_t>(b)] != nullptr;
-  }
 };
 
 }  // namespace pooler

@@ -12,7 +12,6 @@
 
 #include "runtime/comm/nccl.hpp"
 #include "runtime/jit/driver.hpp"
-#include "runtime/jit/env.hpp"
 #include "runtime/jit/log.hpp"
 #include "runtime/jit/sha256.hpp"
 #include "runtime/pooler_impl.hpp"
@@ -20,25 +19,6 @@
 #include "runtime/transport.hpp"
 
 namespace pooler {
-
-namespace {
-
-// PoolerOptions::one_round_trip_consumer, unless POOLER_CONSUMER (baseline or
-// one_round_trip) overrides it, for comparisons without a code change (as
-// POOLER_GEMM_RING does for the GEMM's ring). Throws InvalidArgument for another value.
-bool one_round_trip_consumer(const PoolerOptions& options) {
-  const std::string mode = env_choice("POOLER_CONSUMER", {"baseline", "one_round_trip"});
-  return mode.empty() ? options.one_round_trip_consumer : mode == "one_round_trip";
-}
-
-// PoolerOptions::one_launch, unless POOLER_ONE_LAUNCH (0 or 1) overrides it, for
-// comparisons without a code change. Throws InvalidArgument for another value.
-bool one_launch_of(const PoolerOptions& options) {
-  const std::string mode = env_choice("POOLER_ONE_LAUNCH", {"0", "1"});
-  return mode.empty() ? options.one_launch : mode == "1";
-}
-
-}  // namespace
 
 void Pooler::Impl::validate_locally() {
   // P, tp and the capacity passed MailboxLayout::make already.
@@ -84,8 +64,7 @@ std::string Pooler::Impl::configuration_text() const {
                                  o.capacity, o.enable_pdl, o.spin_timeout.count());
   for (int b : batches) text += fmt::format("{},", b);
   if (o.gemm_shape) text += " gemm=" + describe(*o.gemm_shape);
-  text += fmt::format(" fuse_publish={} one_round_trip_consumer={} transport={} one_launch={}", o.fuse_publish,
-                      one_round_trip, to_string(o.transport), one_launch);
+  text += fmt::format(" fuse_publish={} transport={}", o.fuse_publish, to_string(o.transport));
   text += fmt::format(" layers={}:", o.layers.size());
   for (const PoolerLayer& layer : o.layers) {
     text +=
@@ -181,12 +160,8 @@ void Pooler::Impl::compile(Transport forms_for) {
   config.batches = o.batches;
   config.gemm_shape = o.gemm_shape;
   config.fuse_publish = o.fuse_publish;
-  one_round_trip = one_round_trip_consumer(o);
-  config.one_round_trip_consumer = one_round_trip;
   config.mailbox = forms_for != Transport::nccl;
   config.gathered = forms_for == Transport::nccl;
-  one_launch = one_launch_of(o) && forms_for != Transport::nccl;  // the one-launch form publishes to the mailbox
-  config.one_launch = one_launch;
   for (const PoolerLayer& layer : o.layers) {
     (layer.nvfp4() ? config.nvfp4_norms : config.edge_norms).push_back(NormConstants{layer.eps, layer.gain_center});
   }
@@ -255,36 +230,6 @@ void Pooler::Impl::load_mailbox() {
       nvfp4_of_layer[t].push_back(layer.nvfp4() ? &nvfp4_consumers.at(key) : nullptr);
       bf16_of_layer[t].push_back(layer.nvfp4() ? nullptr : &bf16_consumers.at(key));
     }
-  }
-  if (one_launch) load_one_launch();
-}
-
-// The one-launch GEMMs, and which one each layer runs at each b. PoolerGemm refuses a
-// form whose grid the device cannot hold at once (its CTAs spin on each other); run()
-// takes the two-kernel path at those b, and the log says so.
-void Pooler::Impl::load_one_launch() {
-  const CUcontext ctx = context->get();
-  std::map<std::pair<bool, NormKey>, std::size_t> norm_index;  // (edge, norm) -> its place in the plan's norms
-  for (std::size_t i = 0; i < plan.nvfp4_norms.size(); ++i) norm_index[{false, norm_key(plan.nvfp4_norms[i])}] = i;
-  for (std::size_t i = 0; i < plan.edge_norms.size(); ++i) norm_index[{true, norm_key(plan.edge_norms[i])}] = i;
-  for (std::size_t i = 0; i < plan.one_launch_plans.size(); ++i) {
-    try {
-      one_launch_gemms.push_back(
-          std::make_unique<PoolerGemm>(*lookups[plan.first_one_launch + i].entry, ctx, plan.one_launch_plans[i]));
-    } catch (const NotCoResident& refused) {
-      log().info("Pooler rank {}: b = {} runs the two-kernel path: {}", rank, plan.one_launch_plans[i].rows(),
-                 refused.what());
-      one_launch_gemms.push_back(nullptr);
-    }
-  }
-  for (const PoolerLayer& layer : options.layers) {
-    const bool edge = !layer.nvfp4();
-    const std::size_t norm = norm_index.at({edge, norm_key(layer)});
-    std::vector<const PoolerGemm*> by_rows(static_cast<std::size_t>(options.capacity) + 1, nullptr);
-    for (std::size_t i = 0; i < plan.batches.size(); ++i) {
-      by_rows[static_cast<std::size_t>(plan.batches[i])] = one_launch_gemms[plan.one_launch_plan(i, edge, norm)].get();
-    }
-    one_launch_of_layer.push_back(std::move(by_rows));
   }
 }
 

@@ -8,9 +8,10 @@
 //
 // Checked for every call and rank: the outputs equal the stock norm (+ quantize) of the
 // gathered rows, bit for bit; rows past b stay poisoned; at the end every state block
-// counted every call, no timeout was recorded, and with one-round-trip consumers every
-// mailbox is all sentinel again. Consumer variants: baseline, one-round-trip, and a
-// random variant per call and rank (the two share the state protocol).
+// counted every call, no timeout was recorded, and every mailbox is all sentinel again but for
+// the rows a last call over several CTAs per row leaves. Consumers: rows split by the rule
+// (consumer_row_ctas: up to 4 CTAs per row at few rows), one CTA per row, and a random one of
+// the two per call (the same on every rank: every rank must launch the same grid).
 //
 // What this does not cover: NVLink (every store is local) and NCCL's windows.
 #include <gtest/gtest.h>
@@ -46,10 +47,12 @@ constexpr std::uint8_t kPoison = 0xA5;
 
 std::size_t sz(int v) { return static_cast<std::size_t>(v); }
 
-enum class Mix { baseline, one_round_trip, random };
+enum class Mix { rule, one_cta_per_row, random };
 const char* mix_name(Mix mix) {
-  return mix == Mix::baseline ? "baseline" : mix == Mix::one_round_trip ? "one_round_trip" : "random";
+  return mix == Mix::rule ? "row_split_rule" : mix == Mix::one_cta_per_row ? "one_cta_per_row" : "random";
 }
+// The consumers' row splits: [0] the rule, [1] one CTA per row.
+const RowSplit kSplits[2] = {RowSplit{}, RowSplit{1}};
 
 struct Param {
   int tp;
@@ -61,34 +64,32 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   return "tp" + std::to_string(info.param.tp) + "_" + mix_name(info.param.mix) + (info.param.pdl ? "_pdl" : "_plain");
 }
 
-// The forms of tp 2 and 4, both consumer variants, and the stock kernels.
+// The forms of tp 2 and 4 and the stock kernels.
 struct Suite : testing::LoopbackSuite {
   explicit Suite(int ordinal) : LoopbackSuite(ordinal) {
     std::vector<Form> forms;
     for (int tp : {2, 4}) {
       forms.push_back(publish_form(kPooled, tp, kCapacity));
-      for (ConsumerVariant v : {ConsumerVariant::baseline, ConsumerVariant::one_round_trip}) {
-        forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v));
-        forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v));
-      }
+      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
+      forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
     }
     forms.push_back(stock_norm_form(kPooled, kEps, kGainCenter));
     forms.push_back(stock_quantize_form(kPooled));
     const std::vector<Lookup> compiled = compile(forms);
     for (const Lookup& lookup : compiled) loaded.emplace_back(*lookup.entry, context.get());
   }
-  // tp 2: publish, nvfp4 base, bf16 base, nvfp4 1rt, bf16 1rt; tp 4 likewise; stock norm, quantize.
-  const LoadedForm& publish(int tp) const { return loaded[tp == 2 ? 0 : 5]; }
-  const LoadedForm& nvfp4(int tp, int v) const { return loaded[sz((tp == 2 ? 1 : 6) + 2 * v)]; }
-  const LoadedForm& bf16(int tp, int v) const { return loaded[sz((tp == 2 ? 2 : 7) + 2 * v)]; }
-  const LoadedForm& stock_norm() const { return loaded[10]; }
-  const LoadedForm& stock_quantize() const { return loaded[11]; }
+  // tp 2: publish, nvfp4, bf16; tp 4 likewise; stock norm, quantize.
+  const LoadedForm& publish(int tp) const { return loaded[tp == 2 ? 0 : 3]; }
+  const LoadedForm& nvfp4(int tp) const { return loaded[tp == 2 ? 1 : 4]; }
+  const LoadedForm& bf16(int tp) const { return loaded[tp == 2 ? 2 : 5]; }
+  const LoadedForm& stock_norm() const { return loaded[6]; }
+  const LoadedForm& stock_quantize() const { return loaded[7]; }
   std::vector<LoadedForm> loaded;
 };
 
 class ConcurrentRanksGpu : public testing::LoopbackTest<Suite, Param> {};
 
-// One rank: its mailbox, state, stream, publisher and consumers of both variants.
+// One rank: its mailbox, state, stream, publisher and consumers of both row splits.
 struct Rank {
   explicit Rank(const MailboxLayout& layout) : mailbox(layout.bytes()), state(stream.get()) {
     fill_mailbox_sentinel(mailbox.get(), layout, stream.get());
@@ -97,8 +98,8 @@ struct Rank {
   DeviceBuffer mailbox;
   MailboxState state;
   std::optional<PublishLauncher> publisher;
-  std::vector<Nvfp4ConsumerLauncher> nvfp4;           // [variant]
-  std::vector<Bf16ConsumerLauncher> bf16;             // [variant]
+  std::vector<Nvfp4ConsumerLauncher> nvfp4;           // [split]: kSplits
+  std::vector<Bf16ConsumerLauncher> bf16;             // [split]
   DeviceBuffer shards, packed, scales, rows, normed;  // per call: [kCalls][capacity ...]
 };
 
@@ -148,8 +149,8 @@ TEST_P(ConcurrentRanksGpu, RacingRanksMatchTheStockPath) {
     Rank& rank = *ranks[sz(r)];
     rank.publisher.emplace(s.publish(tp), layout, r, peers, rank.state.state());
     for (int v = 0; v < 2; ++v) {
-      rank.nvfp4.emplace_back(s.nvfp4(tp, v), layout, r, rank.state.binding(rank.mailbox.get()), kTimeoutNs);
-      rank.bf16.emplace_back(s.bf16(tp, v), layout, r, rank.state.binding(rank.mailbox.get()), kTimeoutNs);
+      rank.nvfp4.emplace_back(s.nvfp4(tp), layout, r, rank.state.binding(rank.mailbox.get()), kTimeoutNs, kSplits[v]);
+      rank.bf16.emplace_back(s.bf16(tp), layout, r, rank.state.binding(rank.mailbox.get()), kTimeoutNs, kSplits[v]);
     }
     rank.shards = DeviceBuffer(sz(kCalls) * shard_elements * 2);
     rank.shards.upload(shards[sz(r)].data(), rank.shards.bytes());
@@ -165,13 +166,13 @@ TEST_P(ConcurrentRanksGpu, RacingRanksMatchTheStockPath) {
   // held back now and then by a kernel that spins for up to 400 us.
   const testing::Spinner spinner(s.context.get(), s.architecture);
   std::uniform_int_distribution<int> delay(0, 400);
+  int last_split = 0;
   for (int c = 0; c < kCalls; ++c) {
+    const int v = param.mix == Mix::rule ? 0 : param.mix == Mix::one_cta_per_row ? 1 : static_cast<int>(random() % 2);
+    last_split = v;
     for (int r = 0; r < tp; ++r) {
       Rank& rank = *ranks[sz(r)];
       if (random() % 3 == 0) spinner.spin(rank.stream.get(), 1000ull * static_cast<unsigned long long>(delay(random)));
-      const int v = param.mix == Mix::baseline         ? 0
-                    : param.mix == Mix::one_round_trip ? 1
-                                                       : static_cast<int>(random() % 2);
       rank.publisher->launch(rank.stream.get(), rank.shards.get() + sz(c) * shard_elements * 2, b[sz(c)], param.pdl);
       if (nvfp4[sz(c)]) {
         rank.nvfp4[sz(v)].launch(rank.stream.get(), weight_device.get(), scale_device.get(),
@@ -251,11 +252,11 @@ TEST_P(ConcurrentRanksGpu, RacingRanksMatchTheStockPath) {
       }
     }
   }
-  if (param.mix == Mix::one_round_trip) {
-    // A one-round-trip consumer clears what it read at once with one CTA per row; a row over
-    // several CTAs leaves the call's rows (every rank's slot) for the next call to clear.
+  {
+    // A consumer clears what it read at once with one CTA per row; a row over several CTAs
+    // leaves the call's rows (every rank's slot) for the next call to clear.
     const int last_b = b[sz(kCalls - 1)];
-    const bool clears = ranks[0]->nvfp4[1].row_ctas(last_b) == 1;
+    const bool clears = ranks[0]->nvfp4[sz(last_split)].row_ctas(last_b) == 1;
     const std::ptrdiff_t expected = clears ? 0 : static_cast<std::ptrdiff_t>(last_b) * kPooled;
     std::vector<std::uint16_t> left(layout.elements());
     for (int r = 0; r < tp; ++r) {
@@ -270,7 +271,7 @@ TEST_P(ConcurrentRanksGpu, RacingRanksMatchTheStockPath) {
 std::vector<Param> all_params() {
   std::vector<Param> out;
   for (int tp : {2, 4}) {
-    for (Mix mix : {Mix::baseline, Mix::one_round_trip, Mix::random}) {
+    for (Mix mix : {Mix::rule, Mix::one_cta_per_row, Mix::random}) {
       for (bool pdl : {true, false}) out.push_back(Param{tp, mix, pdl});
     }
   }

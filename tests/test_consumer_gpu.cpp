@@ -12,13 +12,12 @@
 //   (f) a peer that never publishes: the consumer returns after its deadline with the
 //       timeout record filled, and the mailbox works again after a reset
 //   (g) everything with PDL on and off (the suite's parameter); also a CUDA-graph replay
-//   (h) everything with both consumer variants (ConsumerVariant): the one-round-trip
-//       consumer leaves the mailbox all sentinel after a call (it clears what it read);
-//       and with the one-round-trip consumer triggering the next launch before its wait
-//       (ConsumerTrigger::before_wait, as the Pooler's where the next GEMM holds w on chip),
-//       and both variants polling before their wait (ConsumerTrigger::polling, right after the
-//       publish kernels, as the Pooler's run() after a GEMM that triggers after its wait), the
-//       one-round-trip consumer also with the early polling trigger (ConsumerTrigger::polling_early)
+//   (h) everything with each consumer trigger: after the wait (the consumer leaves the mailbox
+//       all sentinel after a call with one CTA per row: it clears what it read), triggering the
+//       next launch before its wait (ConsumerTrigger::before_wait, as the Pooler's where the next
+//       GEMM holds w on chip), polling before its wait (ConsumerTrigger::polling, right after the
+//       publish kernels, as the Pooler's run() after a GEMM that triggers after its wait), and
+//       polling with the early trigger (ConsumerTrigger::polling_early)
 //
 // Every wait on the GPU has a hard wall-clock limit: a hang ends the program with a
 // message instead of stalling the test run.
@@ -127,30 +126,22 @@ Bf16s random_weight(std::mt19937_64& random) {
 
 // ---- compiled forms, shared by the whole suite, and the fixture --------------------------
 
-constexpr std::array<ConsumerVariant, 2> kVariants = {ConsumerVariant::baseline, ConsumerVariant::one_round_trip};
-
-// nvfp4[i], bf16[i]: [0] the baseline and [1] the one-round-trip consumers triggering after their
-// wait, [2] the one-round-trip consumers triggering before it, [3] the one-round-trip and [4] the
-// baseline consumers polling, [5] the one-round-trip consumers polling with the early trigger
-// (RigSetup::form).
+// nvfp4[i], bf16[i]: the consumers triggering [0] after their wait, [1] before it, [2] polling and
+// [3] polling with the early trigger (RigSetup::form).
 struct TpForms {
-  std::optional<LoadedForm> publish, nvfp4[6], bf16[6];
+  std::optional<LoadedForm> publish, nvfp4[4], bf16[4];
 };
 
 struct Suite : testing::LoopbackSuite {
   explicit Suite(int ordinal) : LoopbackSuite(ordinal) {
     std::vector<Form> forms =
         mailbox_kernel_forms(kPooled, std::vector<int>(kTps.begin(), kTps.end()), kCapacity, kEps, kGainCenter);
-    const std::pair<ConsumerVariant, ConsumerTrigger> more[] = {
-        {ConsumerVariant::one_round_trip, ConsumerTrigger::after_wait},
-        {ConsumerVariant::one_round_trip, ConsumerTrigger::before_wait},
-        {ConsumerVariant::one_round_trip, ConsumerTrigger::polling},
-        {ConsumerVariant::baseline, ConsumerTrigger::polling},
-        {ConsumerVariant::one_round_trip, ConsumerTrigger::polling_early}};
-    for (const auto& [variant, trigger] : more) {
+    const ConsumerTrigger more[] = {ConsumerTrigger::before_wait, ConsumerTrigger::polling,
+                                    ConsumerTrigger::polling_early};
+    for (ConsumerTrigger trigger : more) {
       for (int tp : kTps) {
-        forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, variant, trigger));
-        forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, variant, trigger));
+        forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger));
+        forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger));
       }
     }
     const std::vector<Lookup> compiled = compile(forms);
@@ -163,7 +154,7 @@ struct Suite : testing::LoopbackSuite {
     }
     stock_norm.emplace(*compiled[i++].entry, context.get());
     stock_quantize.emplace(*compiled[i++].entry, context.get());
-    for (std::size_t form : {1, 2, 3, 4, 5}) {
+    for (std::size_t form : {1, 2, 3}) {
       for (int tp : kTps) {
         TpForms& f = by_tp[tp];
         f.nvfp4[form].emplace(*compiled[i++].entry, context.get());
@@ -179,54 +170,45 @@ struct Suite : testing::LoopbackSuite {
 // The fixture; declared here, for the rig takes its forms from the suite.
 class ConsumerGpu : public testing::LoopbackTest<Suite> {};
 
-// One rig's tp, consumer variant, trigger and CTAs per row; every test runs each of its tps with
-// both variants, and the one-round-trip consumer with each trigger, CTAs per row by the rule (4 at
-// b <= 2, 2 at b = 3 and 4, then 1); the baseline polling; then one CTA per row with both variants
-// and with the polling one-round-trip consumer, 2 and 8 with each variant (and 8 polling with each
-// trigger).
+// One rig's tp, consumer trigger and CTAs per row; every test runs each of its tps with each
+// trigger, CTAs per row by the rule (4 at b <= 2, 2 at b = 3 and 4, then 1); then one CTA per row
+// after the wait and polling, 2 and 8 after the wait (and 8 polling with each polling trigger).
 struct RigSetup {
   int tp = 0;
-  ConsumerVariant variant = ConsumerVariant::baseline;
   ConsumerTrigger trigger = ConsumerTrigger::after_wait;
   int row_ctas = 0;  // RowSplit::ctas: 0 for the rule
   std::string label() const {
-    return std::string(", consumer ") + to_string(variant) +
-           (trigger == ConsumerTrigger::before_wait     ? ", trigger before wait"
-            : trigger == ConsumerTrigger::polling       ? ", polling"
-            : trigger == ConsumerTrigger::polling_early ? ", polling, early trigger"
-                                                        : "") +
+    return std::string(", consumer trigger ") + to_string(trigger) +
            (row_ctas == 0 ? std::string() : ", " + std::to_string(row_ctas) + " CTAs per row");
   }
   // Its forms in TpForms' consumer arrays.
   std::size_t form() const {
-    if (trigger == ConsumerTrigger::polling_early) return 5;  // one round trip only
-    if (trigger == ConsumerTrigger::polling) return variant == ConsumerVariant::baseline ? 4 : 3;
-    return variant == ConsumerVariant::baseline ? 0 : trigger == ConsumerTrigger::after_wait ? 1 : 2;
+    switch (trigger) {
+      case ConsumerTrigger::before_wait:
+        return 1;
+      case ConsumerTrigger::polling:
+        return 2;
+      case ConsumerTrigger::polling_early:
+        return 3;
+      case ConsumerTrigger::after_wait:
+        break;
+    }
+    return 0;
   }
 };
 
 std::vector<RigSetup> all_setups(std::vector<int> tps = std::vector<int>(kTps.begin(), kTps.end())) {
   std::vector<RigSetup> out;
-  for (ConsumerVariant v : kVariants) {
-    for (int tp : tps) out.push_back(RigSetup{tp, v, ConsumerTrigger::after_wait});
+  for (ConsumerTrigger trigger : kAllConsumerTriggers) {
+    for (int tp : tps) out.push_back(RigSetup{tp, trigger});
   }
-  for (int tp : tps) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::before_wait});
-  for (ConsumerVariant v : kVariants) {
-    for (int tp : tps) out.push_back(RigSetup{tp, v, ConsumerTrigger::polling});
-  }
-  for (int tp : tps) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::polling_early});
-  for (ConsumerVariant v : kVariants) {
-    for (int tp : tps) out.push_back(RigSetup{tp, v, ConsumerTrigger::after_wait, 1});
-  }
-  for (int tp : tps) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::polling, 1});
+  for (int tp : tps) out.push_back(RigSetup{tp, ConsumerTrigger::after_wait, 1});
+  for (int tp : tps) out.push_back(RigSetup{tp, ConsumerTrigger::polling, 1});
   for (int tp : tps) {
-    if (tp == 1 || tp == 8) {
-      out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::after_wait, 2});
-      out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::after_wait, 8});
-    }
-    if (tp == 2 || tp == 4) out.push_back(RigSetup{tp, ConsumerVariant::baseline, ConsumerTrigger::after_wait, 8});
-    if (tp == 2 || tp == 4) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::polling, 8});
-    if (tp == 4) out.push_back(RigSetup{tp, ConsumerVariant::one_round_trip, ConsumerTrigger::polling_early, 8});
+    if (tp == 1 || tp == 8) out.push_back(RigSetup{tp, ConsumerTrigger::after_wait, 2});
+    out.push_back(RigSetup{tp, ConsumerTrigger::after_wait, 8});
+    if (tp == 2 || tp == 4) out.push_back(RigSetup{tp, ConsumerTrigger::polling, 8});
+    if (tp == 4) out.push_back(RigSetup{tp, ConsumerTrigger::polling_early, 8});
   }
   return out;
 }
@@ -256,7 +238,6 @@ class Rig {
  public:
   Rig(const RigSetup& setup, bool pdl, std::mt19937_64& random, unsigned long long timeout_ns = kTestTimeoutNs)
       : tp_(setup.tp),
-        variant_(setup.variant),
         pdl_(pdl),
         loopback_(*ConsumerGpu::suite().by_tp.at(tp_).publish, *ConsumerGpu::suite().by_tp.at(tp_).nvfp4[setup.form()],
                   *ConsumerGpu::suite().by_tp.at(tp_).bf16[setup.form()], MailboxLayout::make(kPooled, tp_, kCapacity),
@@ -273,8 +254,6 @@ class Rig {
         stock_scales_(scales_.bytes()),
         stock_normed_(normed_.bytes()) {
     Suite& s = ConsumerGpu::suite();
-    EXPECT_EQ(loopback_.nvfp4().variant(), variant_);
-    EXPECT_EQ(loopback_.bf16().variant(), variant_);
     stock_norm_.emplace(*s.stock_norm, kPooled, kCapacity);
     stock_quantize_.emplace(*s.stock_quantize, kPooled, kCapacity);
     set_weight(random_weight(random));
@@ -283,12 +262,11 @@ class Rig {
   }
 
   int tp() const { return tp_; }
-  ConsumerVariant variant() const { return variant_; }
-  // Whether a call of b rows clears what it read at once (a one-round-trip consumer with one CTA
-  // per row), or leaves its rows for the next call to clear.
+  // Whether a call of b rows clears what it read at once (one CTA per row), or leaves its rows for
+  // the next call to clear.
   bool clears_at_once(int b) const {
     EXPECT_EQ(loopback_.nvfp4().row_ctas(b), loopback_.bf16().row_ctas(b));
-    return variant_ == ConsumerVariant::one_round_trip && loopback_.nvfp4().row_ctas(b) == 1;
+    return loopback_.nvfp4().row_ctas(b) == 1;
   }
   int width() const { return layout().width(); }
   bool pdl() const { return pdl_; }
@@ -444,7 +422,6 @@ class Rig {
 
  private:
   int tp_;
-  ConsumerVariant variant_;
   bool pdl_;
   static constexpr int kConsumerRank = 0;
   Stream stream_;
@@ -942,7 +919,7 @@ TEST_P(ConsumerGpu, MissingPeerTimesOutWithARecord) {
         EXPECT_GE(record.row, 0) << where;
         EXPECT_LT(record.row, b) << where;
         // A polling consumer reads the stage itself: it polls for its own slot as for any other.
-        const bool own = tp == 1 && setup.variant == ConsumerVariant::one_round_trip && !polls(setup.trigger);
+        const bool own = tp == 1 && !polls(setup.trigger);
         if (own) {
           EXPECT_EQ(record.elapsed_ns, 0ull) << where << ": the missing hand-over is found at once";
         } else {

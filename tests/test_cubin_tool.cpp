@@ -174,17 +174,23 @@ TEST_F(CubinTool, HonoursCacheOff) {
             std::string::npos);
 }
 
-// build --one-launch adds the GEMM's one-launch forms (NVFP4 and BF16 per norm and batch),
-// compiled with no local memory (every kernel's line says 0 local bytes).
-TEST_F(CubinTool, BuildsTheOneLaunchForms) {
+// build compiles the consumers the Pooler loads (the one-round-trip consumer with each trigger the
+// rule takes at this width: after_wait always, before_wait at N = 512), with no local memory
+// (every kernel's line says 0 local bytes); the retired one-launch form's flag is refused.
+TEST_F(CubinTool, BuildsThePoolersConsumerForms) {
   const std::map<std::string, std::string> off = {{"POOLER_CACHE", "off"}};
-  const auto built =
-      run_process({POOLER_CUBIN_TOOL, "build", "--one-launch", "--tp", "8", "--batches", "1", "--arch", "sm_90"}, off);
+  const auto refused = run_process({POOLER_CUBIN_TOOL, "build", "--one-launch", "--sample"}, off);
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("--one-launch"), std::string::npos) << refused.output;
+  const auto built = run_process({POOLER_CUBIN_TOOL, "build", "--tp", "8", "--batches", "1", "--arch", "sm_90"}, off);
   ASSERT_EQ(built.exit_code, 0) << built.output;
-  for (const char* name : {"pooler_gemm_b1_n512_k8192_pub_tp8_cap32_nvfp4_eps1e-05_gc1 ",
-                           "pooler_gemm_b1_n512_k8192_pub_tp8_cap32_bf16_eps1e-05_gc1 ", "pooler_gemm_consume"}) {
+  for (const char* name :
+       {"pooler_consumer_nvfp4_p4096_tp8_cap32_eps1e-05_gc1 ",
+        "pooler_consumer_nvfp4_p4096_tp8_cap32_eps1e-05_gc1_tbw ", "pooler_consumer_bf16_p4096_tp8_cap32_eps1e-05_gc1 ",
+        "pooler_consumer_bf16_p4096_tp8_cap32_eps1e-05_gc1_tbw "}) {
     EXPECT_NE(built.output.find(name), std::string::npos) << name << "\n" << built.output;
   }
+  EXPECT_EQ(built.output.find("pooler_gemm_consume"), std::string::npos) << built.output;
   std::istringstream lines(built.output);
   std::string line;
   int kernels = 0;

@@ -42,7 +42,7 @@ const KernelResources* find_kernel(const std::vector<KernelResources>& kernels, 
   return nullptr;
 }
 
-// Every form holds all three entry points (C++ cannot vary one function's
+// Every form holds both entry points (C++ cannot vary one function's
 // parameters with a constant); those the form does not select are empty.
 void expect_stub(const std::vector<KernelResources>& kernels, const std::string& name) {
   const KernelResources* stub = find_kernel(kernels, name);
@@ -53,15 +53,15 @@ void expect_stub(const std::vector<KernelResources>& kernels, const std::string&
 }
 
 // The checks every compiled GEMM form must pass: the architecture, `entry` a
-// real kernel and the other two entry points empty, no local memory or stack,
+// real kernel and the other entry point empty, no local memory or stack,
 // registers that let ctas_per_sm CTAs of the shape share an SM, only dynamic
 // shared memory. Returns the entry's registers (0 when it is missing).
 int expect_gemm_kernel(const CacheEntry& entry, const std::string& architecture, const PoolerGemmShape& shape,
                        const std::string& kernel_name) {
   EXPECT_EQ(cubin_architecture(entry.cubin), architecture);
   const std::vector<KernelResources> kernels = read_cubin_resources(entry.cubin);
-  EXPECT_EQ(kernels.size(), 3u);
-  for (const char* other : {kPoolerGemmEntry, kPoolerGemmPublishEntry, kPoolerGemmConsumeEntry}) {
+  EXPECT_EQ(kernels.size(), 2u);
+  for (const char* other : {kPoolerGemmEntry, kPoolerGemmPublishEntry}) {
     if (kernel_name != other) expect_stub(kernels, other);
   }
   const KernelResources* found = find_kernel(kernels, kernel_name);
@@ -130,7 +130,7 @@ TEST(GemmForms, OtherShapesCompile) {
   }
   for (const Lookup& lookup : cache.get_all(forms, "sm_90")) {
     const auto kernels = read_cubin_resources(lookup.entry->cubin);
-    ASSERT_EQ(kernels.size(), 3u);
+    ASSERT_EQ(kernels.size(), 2u);
     const KernelResources* kernel = find_kernel(kernels, kPoolerGemmEntry);
     ASSERT_NE(kernel, nullptr);
     EXPECT_EQ(kernel->local_bytes, 0) << lookup.entry->form << " " << lookup.entry->constants;
@@ -177,80 +177,6 @@ TEST_P(GemmPublishForms, EveryModelFormCompilesWithoutLocalMemory) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GemmPublishForms, ::testing::Values("sm_90", "sm_100a"));
 
-// The one-launch forms (GemmPlan::consuming): NVFP4 and BF16 output at every model
-// width, rows 1, 3, 8, 16 and 32, with no local memory (the consume part runs after
-// the main loop, when the accumulators are dead, within the same register budget).
-class GemmConsumeForms : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(GemmConsumeForms, EveryModelFormCompilesWithoutLocalMemory) {
-  const std::string architecture = GetParam();
-  testing::ScratchDir dir;
-  KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
-  std::vector<GemmPlan> plans;
-  std::vector<Form> forms;
-  for (int tp : {1, 2, 4, 8}) {
-    const int n = kPooled / tp;
-    for (int rows : {1, 3, 8, 16, 32}) {
-      for (GemmOutput output : {GemmOutput::nvfp4, GemmOutput::bf16}) {
-        plans.push_back(choose_gemm_plan(n, kHidden, rows)
-                            .publishing(GemmPublish{tp, kCapacity})
-                            .consuming(GemmConsume{output, 1e-5f, 1.0f}));
-        forms.push_back(plans.back().form());
-      }
-    }
-  }
-  const std::vector<Lookup> lookups = cache.get_all(forms, architecture);
-  ASSERT_EQ(lookups.size(), forms.size());
-  std::map<std::string, std::string> registers_by_kind;
-  for (std::size_t i = 0; i < lookups.size(); ++i) {
-    const GemmPlan& plan = plans[i];
-    SCOPED_TRACE(::testing::Message() << forms[i].name() << " " << forms[i].describe_constants() << " for "
-                                      << architecture);
-    const int registers = expect_gemm_kernel(*lookups[i].entry, architecture, plan.shape(), kPoolerGemmConsumeEntry);
-    registers_by_kind[fmt::format("tp={} {}", plan.publish()->tp, to_string(plan.consume()->output))] +=
-        " " + std::to_string(registers) + (plan.shape().ctas_per_sm == 1 ? "*" : "");
-  }
-  for (const auto& [kind, line] : registers_by_kind) {
-    std::printf("[ registers ] %s one launch %s rows 1,3,8,16,32 (* one CTA per SM):%s\n", architecture.c_str(),
-                kind.c_str(), line.c_str());
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Architectures, GemmConsumeForms, ::testing::Values("sm_90", "sm_100a"));
-
-TEST(GemmConsumeForm, PoolerFormsListOnePerBatchAndNorm) {
-  // PoolerConfig::one_launch: after every other form, per batch the one-launch GEMM of
-  // each NVFP4 norm, then of each edge norm; one_launch_plan finds them.
-  PoolerConfig config;
-  config.tp = 4;
-  config.batches = {8, 1, 8};
-  config.nvfp4_norms = {NormConstants{1e-5f, 1.0f}, NormConstants{0.25f, 1.0f}, NormConstants{1e-5f, 1.0f}};
-  config.edge_norms = {NormConstants{1e-6f, 0.0f}};
-  const PoolerForms without = pooler_forms(config);
-  EXPECT_TRUE(without.one_launch_plans.empty());
-  config.one_launch = true;
-  const PoolerForms with = pooler_forms(config);
-  ASSERT_EQ(with.first_one_launch, without.forms.size()) << "the other forms keep their places";
-  ASSERT_EQ(with.one_launch_plans.size(), 2u * 3u);
-  ASSERT_EQ(with.forms.size(), without.forms.size() + 6u);
-  for (std::size_t batch = 0; batch < with.batches.size(); ++batch) {
-    for (bool edge : {false, true}) {
-      const auto& norms = edge ? with.edge_norms : with.nvfp4_norms;
-      for (std::size_t norm = 0; norm < norms.size(); ++norm) {
-        const std::size_t i = with.one_launch_plan(batch, edge, norm);
-        const GemmPlan& plan = with.one_launch_plans.at(i);
-        ASSERT_NE(plan.consume(), nullptr);
-        EXPECT_EQ(plan.rows(), with.batches[batch]);
-        EXPECT_EQ(plan.n(), 1024);
-        EXPECT_EQ(plan.publish()->tp, 4);
-        EXPECT_EQ(plan.consume()->output, edge ? GemmOutput::bf16 : GemmOutput::nvfp4);
-        EXPECT_TRUE((NormConstants{plan.consume()->eps, plan.consume()->gain_center} == norms[norm]));
-        EXPECT_EQ(with.forms[with.first_one_launch + i].name(), plan.form().name());
-      }
-    }
-  }
-}
-
 TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitWhereTheGemmHoldsWOnChip) {
   // At TP4's width the rule copies w on chip at b = 1 only: that batch's consumers let the
   // next launch start before their PDL wait ("_tbw" forms, TRIGGER_BEFORE_WAIT=1); b = 8's poll
@@ -261,7 +187,6 @@ TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitWhereTheGemmHoldsWOnChip) {
   config.batches = {8, 1};
   config.nvfp4_norms = {NormConstants{1e-5f, 1.0f}, NormConstants{0.25f, 1.0f}};
   config.edge_norms = {NormConstants{1e-6f, 0.0f}};
-  config.one_round_trip_consumer = true;
   const PoolerForms forms = pooler_forms(config);
   ASSERT_EQ(forms.batches, (std::vector<int>{1, 8}));
   ASSERT_TRUE(forms.gemm_plans[0].shape().w_on_chip);
@@ -277,9 +202,7 @@ TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitWhereTheGemmHoldsWOnChip) {
     for (std::size_t i = 0; i < forms.nvfp4_norms.size(); ++i) {
       const Form& f = forms.forms.at(forms.consumer_form(false, trigger, i));
       const NormConstants& norm = forms.nvfp4_norms[i];
-      EXPECT_EQ(f.name(), nvfp4_consumer_form(4096, 4, kCapacity, norm.eps, norm.gain_center,
-                                              ConsumerVariant::one_round_trip, trigger)
-                              .name());
+      EXPECT_EQ(f.name(), nvfp4_consumer_form(4096, 4, kCapacity, norm.eps, norm.gain_center, trigger).name());
       EXPECT_TRUE(suffix.empty()
                       ? !f.name().ends_with("_tbw") && !f.name().ends_with("_poll") && !f.name().ends_with("_early")
                       : f.name().ends_with(suffix))
@@ -294,7 +217,7 @@ TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitWhereTheGemmHoldsWOnChip) {
     if (!suffix.empty()) {
       EXPECT_TRUE(edge.name().ends_with(suffix)) << edge.name();
     }
-    EXPECT_NE(edge.name().find("pooler_consumer_bf16_1rt"), std::string::npos) << edge.name();
+    EXPECT_TRUE(edge.name().starts_with("pooler_consumer_bf16_p4096_tp4_cap32_")) << edge.name();
   }
   const auto polling_early = static_cast<std::size_t>(ConsumerTrigger::polling_early);
   EXPECT_EQ(forms.first_gathered_nvfp4, forms.first_edge[polling_early] + forms.edge_norms.size());
@@ -315,59 +238,6 @@ TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitWhereTheGemmHoldsWOnChip) {
     EXPECT_FALSE(f.name().ends_with("_poll")) << f.name();
     EXPECT_FALSE(f.name().ends_with("_poll_early")) << f.name();
   }
-}
-
-TEST(GemmConsumeForm, NameConstantsEntryAndRefusals) {
-  const GemmPlan publishing = choose_gemm_plan(2048, kHidden, 8).publishing(GemmPublish{2, kCapacity});
-  const Form nvfp4 = publishing.consuming(GemmConsume{GemmOutput::nvfp4, 1e-5f, 1.0f}).form();
-  EXPECT_EQ(nvfp4.name(), "pooler_gemm_b8_n2048_k8192_pub_tp2_cap32_nvfp4_eps1e-05_gc1");
-  ASSERT_EQ(nvfp4.kernels().size(), 1u);
-  EXPECT_EQ(nvfp4.kernels()[0], kPoolerGemmConsumeEntry);
-  for (const char* fragment : {"CONSUME=1", "POOLED=4096", "PUBLISH=1", "TP=2", "EPS=", "GAIN_CENTER="}) {
-    EXPECT_NE(nvfp4.describe_constants().find(fragment), std::string::npos) << nvfp4.describe_constants();
-  }
-  const Form bf16 = publishing.consuming(GemmConsume{GemmOutput::bf16, 1e-6f, 0.0f}).form();
-  EXPECT_NE(bf16.describe_constants().find("CONSUME=2"), std::string::npos) << bf16.describe_constants();
-  EXPECT_NE(bf16.name(), nvfp4.name());
-  // The publishing and plain forms say they consume nothing.
-  EXPECT_NE(publishing.form().describe_constants().find("CONSUME=0"), std::string::npos);
-  EXPECT_EQ(publishing.form().kernels()[0], kPoolerGemmPublishEntry);
-  EXPECT_EQ(publishing.consume(), nullptr);
-  // The launch shape is the publishing GEMM's.
-  const GemmPlan consuming = publishing.consuming(GemmConsume{GemmOutput::nvfp4, 1e-5f, 1.0f});
-  EXPECT_EQ(consuming.launch_shape().grid_x, publishing.launch_shape().grid_x);
-  EXPECT_EQ(consuming.shared_bytes(), publishing.shared_bytes());
-
-  auto message = [](const std::function<void()>& f) { return testing::rejection(f); };
-  testing::expect_mentions(message([&] {
-                             choose_gemm_plan(2048, kHidden, 8).consuming(GemmConsume{GemmOutput::nvfp4, 1e-5f, 1.0f});
-                           }),
-                           {"one-launch form", "needs the fused publish"});
-  testing::expect_mentions(message([&] { publishing.consuming(GemmConsume{}); }), {"output none"});
-  testing::expect_mentions(message([&] {
-                             publishing.consuming(GemmConsume{GemmOutput::bf16, 0.0f, 1.0f});
-                           }),
-                           {"eps 0 must be finite and positive"});
-  testing::expect_mentions(message([&] {
-                             publishing.consuming(GemmConsume{GemmOutput::bf16, 1e-5f, std::nanf("")});
-                           }),
-                           {"gain center nan must be finite"});
-  testing::expect_mentions(message([&] { consuming.form(true); }), {"no trace form"});
-  // One CTA per row: a shape whose grid has fewer CTAs than rows is refused.
-  PoolerGemmShape narrow = choose_gemm_shape(512, 1024, 16);
-  narrow.split_k = 1;
-  narrow.warps_k = 1;
-  narrow.block_size = 32 * 2;
-  narrow.outputs_per_block = 32;
-  narrow.k_unroll = 1;
-  narrow.stages = 0;
-  narrow.async_reduce = false;
-  const GemmPlan few = GemmPlan(32, 512, 1024, narrow).publishing(GemmPublish{1, kCapacity});
-  ASSERT_EQ(few.launch_shape().grid_x, 16u);
-  testing::expect_mentions(message([&] {
-                             few.consuming(GemmConsume{GemmOutput::nvfp4, 1e-5f, 1.0f});
-                           }),
-                           {"16 CTAs are fewer than the 32 rows"});
 }
 
 TEST(GemmPublishForm, NameConstantsAndEntry) {

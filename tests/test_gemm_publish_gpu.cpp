@@ -17,12 +17,11 @@
 // weight rows of +-2^-74: every product is +-2^-149, the sum +-2^-136, which BF16 rounds
 // to a signed zero), besides weight rows of -0.0 and +0.0. tp 1, 2, 4, 8; b 1, 2, 8, 16,
 // 32; 20 consecutive calls with changing b; PDL on and off; a CUDA-graph replay; the
-// launchers' refusals. Each with both consumer variants (ConsumerVariant; the one-round-trip
-// consumer leaves the mailbox all sentinel after a call, with nothing recorded to clear), and with
-// the one-round-trip consumer polling wherever the kernel before it allows it: after the publish
-// kernel always, after the fused GEMM where that GEMM triggers after its own wait (as the Pooler's
-// run()), else triggering after its wait; with the width's polling trigger (ConsumerTrigger::polling,
-// or polling_early where the width's GEMM has no ring at few rows, as consumer_trigger).
+// launchers' refusals. Each with the consumer triggering after its wait (with one CTA per row it
+// leaves the mailbox all sentinel after a call, with nothing recorded to clear), and polling wherever the kernel before
+// it allows it: after the publish kernel always, after the fused GEMM where that GEMM triggers after its own wait (as
+// the Pooler's run()), else triggering after its wait; with the width's polling trigger (ConsumerTrigger::polling, or
+// polling_early where the width's GEMM has no ring at few rows, as consumer_trigger).
 //
 // Every wait on the GPU has a hard wall-clock limit: a hang ends the program with a
 // message instead of stalling the test run. Outputs are poisoned with different bytes
@@ -68,17 +67,13 @@ constexpr float kGainCenter = 1.0f;
 constexpr std::array<int, 4> kTps = {1, 2, 4, 8};
 constexpr std::array<int, 5> kBatches = {1, 2, 8, 16, 32};
 constexpr int kConsumerRank = 0;
-// The consumers each test runs: the two variants triggering after their wait, and the
-// one-round-trip consumer polling where it may.
+// The consumers each test runs: triggering after their wait, and polling where they may.
 struct ConsumerChoice {
-  ConsumerVariant variant = ConsumerVariant::baseline;
   bool polling = false;
 };
-constexpr std::array<ConsumerChoice, 3> kVariants = {ConsumerChoice{ConsumerVariant::baseline, false},
-                                                     ConsumerChoice{ConsumerVariant::one_round_trip, false},
-                                                     ConsumerChoice{ConsumerVariant::one_round_trip, true}};
+constexpr std::array<ConsumerChoice, 2> kVariants = {ConsumerChoice{false}, ConsumerChoice{true}};
 std::string to_string(const ConsumerChoice& choice) {
-  return std::string(pooler::to_string(choice.variant)) + (choice.polling ? ", polling where it may" : "");
+  return choice.polling ? "polling where it may" : "after its wait";
 }
 // A consumer whose slots never fill gives up after this long and leaves a record: a
 // fused publish that misses a row shows up as a timeout, not a hang.
@@ -191,7 +186,7 @@ Bits make_x(std::mt19937_64& random, int b, Inputs inputs) {
 struct TpSetup {
   int tp = 0, n = 0;
   std::map<int, std::unique_ptr<PoolerGemm>> fused, plain;  // by b
-  std::optional<LoadedForm> publish, nvfp4[3];              // baseline, one round trip, one round trip polling
+  std::optional<LoadedForm> publish, nvfp4[2];              // after the wait, polling
   std::vector<DeviceBuffer> w;                              // per rank, [n, K]
 };
 
@@ -219,9 +214,8 @@ struct Suite : testing::LoopbackSuite {
     for (int tp : kTps) {
       forms.push_back(publish_form(kPooled, tp, kCapacity));
       forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
-      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip));
-      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
-                                          polling_trigger(kPooled / tp, kHidden)));
+      forms.push_back(
+          nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, polling_trigger(kPooled / tp, kHidden)));
     }
     const std::vector<Lookup> compiled = compile(forms);
     for (std::size_t i = 0; i < first_other; ++i) {
@@ -241,7 +235,6 @@ struct Suite : testing::LoopbackSuite {
       setup.publish.emplace(*compiled[i++].entry, context.get());
       setup.nvfp4[0].emplace(*compiled[i++].entry, context.get());
       setup.nvfp4[1].emplace(*compiled[i++].entry, context.get());
-      setup.nvfp4[2].emplace(*compiled[i++].entry, context.get());
       for (int r = 0; r < tp; ++r) {
         const Bits w = make_weights(random, setup.n);
         setup.w.emplace_back(w.size() * 2);
@@ -275,7 +268,6 @@ class Rig {
  public:
   Rig(const TpSetup& forms, bool pdl, std::mt19937_64& random, ConsumerChoice choice = ConsumerChoice{})
       : setup_(forms),
-        variant_(choice.variant),
         polling_(choice.polling),
         pdl_(pdl),
         layout_(MailboxLayout::make(kPooled, forms.tp, kCapacity)),
@@ -285,10 +277,10 @@ class Rig {
         fused_(std::make_unique<Path>(layout_, forms, stream_.get())),
         plain_(std::make_unique<Path>(layout_, forms, stream_.get())) {
     for (Path* path : {fused_.get(), plain_.get()}) {
-      path->consumer.emplace(*forms.nvfp4[variant_ == ConsumerVariant::baseline ? 0 : 1], layout_, kConsumerRank,
-                             path->state.binding(path->mailbox.get()), kTimeoutNs);
+      path->consumer.emplace(*forms.nvfp4[0], layout_, kConsumerRank, path->state.binding(path->mailbox.get()),
+                             kTimeoutNs);
       if (polling_) {
-        path->polling.emplace(*forms.nvfp4[2], layout_, kConsumerRank, path->state.binding(path->mailbox.get()),
+        path->polling.emplace(*forms.nvfp4[1], layout_, kConsumerRank, path->state.binding(path->mailbox.get()),
                               kTimeoutNs);
       }
     }
@@ -307,12 +299,9 @@ class Rig {
 
   CUstream stream() const { return stream_.get(); }
   int tp() const { return setup_.tp; }
-  ConsumerVariant variant() const { return variant_; }
-  // Whether a call of b rows clears what it read at once (a one-round-trip consumer with one CTA
-  // per row), or leaves its rows for the next call to clear.
-  bool clears_at_once(int b) const {
-    return variant_ == ConsumerVariant::one_round_trip && fused_->consumer->row_ctas(b) == 1;
-  }
+  // Whether a call of b rows clears what it read at once (one CTA per row), or leaves its rows
+  // for the next call to clear.
+  bool clears_at_once(int b) const { return fused_->consumer->row_ctas(b) == 1; }
   int n() const { return setup_.n; }
   const MailboxLayout& layout() const { return layout_; }
 
@@ -408,7 +397,6 @@ class Rig {
   };
 
   const TpSetup& setup_;
-  ConsumerVariant variant_;
   bool polling_;
   bool pdl_;
   MailboxLayout layout_;

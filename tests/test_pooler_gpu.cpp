@@ -53,11 +53,6 @@
 //                             and off; 1,000 calls with random b; the 62 layers in a
 //                             graph, 100 replays; then a lamport and an nccl Pooler on
 //                             one communicator, byte for byte, eager and 20 graph replays
-//   PoolerGpuSingle.OneRankOneLaunchMatchesStock  tp = 1, PoolerOptions::one_launch:
-//                             every form (PDL on and off), 1,000 random-b calls and
-//                             the graph of all layers
-// At tp = 2, EveryFormMatchesStock also runs every layer with PoolerOptions::one_launch
-// (PDL on and off): run() then launches one kernel per layer.
 // A watchdog ends a test that outlives its limit, printing where each rank was.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -166,9 +161,7 @@ struct ModelSpec {
   std::chrono::nanoseconds spin_timeout = std::chrono::seconds(5);
   bool pdl = true;
   bool fuse_publish = true;
-  bool one_round_trip_consumer = true;
   Transport transport = Transport::automatic;
-  bool one_launch = false;  // PoolerOptions::one_launch: run() launches the GEMM's one-launch form
 
   int set_of(int layer) const { return layer % sets; }
   bool nvfp4(int layer) const { return std::find(edge_layers.begin(), edge_layers.end(), layer) == edge_layers.end(); }
@@ -316,9 +309,7 @@ PoolerOptions options_for(const DeviceModel& model, const ModelSpec& spec, int t
   options.capacity = spec.capacity;
   options.enable_pdl = spec.pdl;
   options.fuse_publish = spec.fuse_publish;
-  options.one_round_trip_consumer = spec.one_round_trip_consumer;
   options.transport = spec.transport;
-  options.one_launch = spec.one_launch;
   options.spin_timeout = spec.spin_timeout;
   options.hidden = kHidden;
   options.pooled = kPooled;
@@ -338,7 +329,6 @@ struct RankEnv {
   std::uint64_t seed = 0;
   Problems* problems = nullptr;
   RankProgress* progress = nullptr;
-  bool one_launch = false;  // with PoolerOptions::one_launch (every_form: only those variants)
 
   void at(const std::string& where) const { progress->set(rank, where); }
   void problem(const std::string& message) const { problems->add(message); }
@@ -888,34 +878,23 @@ void every_form(const RankEnv& env) {
   const ModelSpec base = full_model();
   const DeviceModel model(*env.host, env.stream);
   struct Variant {
-    bool pdl, fuse, one_round_trip, one_launch;
+    bool pdl, fuse;
   };
-  // With one launch, run() calls use the one-launch form and the split calls (project,
-  // publish, gather) the consumer: the two alternate on one mailbox.
-  // At tp = 1 the one-launch variants run in their own scenario (one_rank_one_launch,
-  // which runs only them), so that each scenario stays within ctest's limit.
-  for (const Variant& v :
-       {Variant{true, true, true, false}, Variant{false, true, true, false}, Variant{true, false, true, false},
-        Variant{true, true, false, false}, Variant{true, true, false, true}, Variant{false, true, true, true}}) {
-    if (v.one_launch ? (env.tp == 1 && !env.one_launch) : env.one_launch) continue;
+  for (const Variant& v : {Variant{true, true}, Variant{false, true}, Variant{true, false}}) {
     const bool pdl = v.pdl;
     const bool fuse = v.fuse;
     ModelSpec spec = base;
     spec.pdl = pdl;
     spec.fuse_publish = fuse;
-    spec.one_round_trip_consumer = v.one_round_trip;
-    spec.one_launch = v.one_launch;
-    const std::string what = fmt::format(
-        "every form, PDL {}, publish {}, consumer {}{}", pdl ? "on" : "off", fuse ? "in the GEMM" : "as a kernel",
-        v.one_round_trip ? "one round trip" : "baseline", v.one_launch ? ", one launch" : "");
+    const std::string what =
+        fmt::format("every form, PDL {}, publish {}", pdl ? "on" : "off", fuse ? "in the GEMM" : "as a kernel");
     Harness harness(env, model, spec);
     const std::vector<std::string> forms = harness.pooler().forms();
     // GEMMs (and their publishing twins), the publish, NVFP4 consumers for eps
     // 1e-5 and 0.25, one BF16 consumer (each also polling or triggering before its wait:
-    // consumer_forms_each); with one launch, a one-launch GEMM per batch and norm (two NVFP4, one BF16).
-    const std::size_t expected_forms = spec.batches.size() * (fuse ? 2 : 1) + 1 +
-                                       (2 + 1) * consumer_forms_each(spec.batches) +
-                                       (v.one_launch ? spec.batches.size() * 3 : 0);
+    // consumer_forms_each).
+    const std::size_t expected_forms =
+        spec.batches.size() * (fuse ? 2 : 1) + 1 + (2 + 1) * consumer_forms_each(spec.batches);
     every_layer_at_every_batch(env, harness, spec, forms, expected_forms, env.seed ^ (pdl ? 0x1111ull : 0x2222ull),
                                what, pdl);
   }
@@ -924,7 +903,6 @@ void every_form(const RankEnv& env) {
 // `count` calls in model order (layer = call % 62), b random per call; with
 // `delays`, before half of them a random rank spins 0-200 us.
 void many_calls(const RankEnv& env, int count, bool delays, ModelSpec spec = full_model()) {
-  if (env.one_launch) spec.one_launch = true;
   const DeviceModel model(*env.host, env.stream);
   Harness harness(env, model, spec);
   PlanMaker maker(env.seed ^ (delays ? 0x3333ull : 0x4444ull), spec);
@@ -942,7 +920,6 @@ void many_calls(const RankEnv& env, int count, bool delays, ModelSpec spec = ful
 
 // warm_up, then every layer in one CUDA graph, replayed; then eager calls again.
 void graph(const RankEnv& env, int replays, ModelSpec spec = full_model()) {
-  if (env.one_launch) spec.one_launch = true;
   const DeviceModel model(*env.host, env.stream);
   Harness harness(env, model, spec);
   env.at("warm-up before capture");
@@ -1338,8 +1315,7 @@ enum class Scenario {
   warm_up,
   destruction,
   one_rank,
-  nccl,
-  one_rank_one_launch
+  nccl
 };
 
 struct ScenarioInfo {
@@ -1351,7 +1327,7 @@ struct ScenarioInfo {
 
 const std::vector<ScenarioInfo>& scenarios() {
   static const std::vector<ScenarioInfo> all = {
-      {Scenario::every_form, "every_form", 8, std::chrono::seconds(480)},  // six variants, two with one launch
+      {Scenario::every_form, "every_form", 8, std::chrono::seconds(480)},  // three variants
       {Scenario::many_calls, "many_calls", 8, std::chrono::seconds(300)},
       {Scenario::delayed_rank, "delayed_rank", 8, std::chrono::seconds(200)},
       {Scenario::graph, "graph", 8, std::chrono::seconds(240)},
@@ -1361,7 +1337,6 @@ const std::vector<ScenarioInfo>& scenarios() {
       {Scenario::destruction, "destruction", 2, std::chrono::seconds(150)},
       {Scenario::one_rank, "one_rank", 8, std::chrono::seconds(300)},
       {Scenario::nccl, "nccl", 8, std::chrono::seconds(400)},
-      {Scenario::one_rank_one_launch, "one_rank_one_launch", 8, std::chrono::seconds(300)},
   };
   return all;
 }
@@ -1405,14 +1380,6 @@ void run_scenario(Scenario scenario, const RankEnv& env) {
       many_calls(env, 1'000, false);
       graph(env, 100);
       return;
-    case Scenario::one_rank_one_launch: {
-      RankEnv one = env;
-      one.one_launch = true;
-      every_form(one);
-      many_calls(one, 1'000, false);
-      graph(one, 100);
-      return;
-    }
   }
 }
 
@@ -1574,13 +1541,6 @@ TEST(PoolerGpuThreads, NcclTransportMatchesStockAndLamport) {
 TEST(PoolerGpuProcesses, NcclTransportMatchesStockAndLamport) {
   POOLER_REQUIRE_GPUS(kRanks);
   run_in_processes(Scenario::nccl);
-}
-
-// tp = 1 with PoolerOptions::one_launch: every form, random b per call and the graph
-// of all layers.
-TEST(PoolerGpuSingle, OneRankOneLaunchMatchesStock) {
-  POOLER_REQUIRE_GPUS(1);
-  run_in_threads(Scenario::one_rank_one_launch, 1);
 }
 
 // Runs only as a child of the PoolerGpuProcesses tests (skipped otherwise).

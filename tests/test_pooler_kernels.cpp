@@ -28,33 +28,21 @@ constexpr int kCapacity = 32;
 constexpr float kEps = 1e-5f;
 constexpr float kGainCenter = 1.0f;
 
-// The mailbox kernels, the one-round-trip consumers with every trigger, the baseline consumers
-// polling (both polling triggers), then the nccl transport's gathered consumers (NVFP4 and BF16), at every tp.
+// The mailbox kernels (their consumers trigger after their wait), the consumers with every other
+// trigger, the trace forms, then the nccl transport's gathered consumers (NVFP4 and BF16), at every tp.
 std::vector<Form> every_form() {
   std::vector<Form> forms = mailbox_kernel_forms(kPooled, {1, 2, 4, 8}, kCapacity, kEps, kGainCenter);
   for (int tp : {1, 2, 4, 8}) {
     for (ConsumerTrigger trigger : kAllConsumerTriggers) {
-      const ConsumerVariant v = ConsumerVariant::one_round_trip;
-      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, trigger));
-      forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, trigger));
+      if (trigger == ConsumerTrigger::after_wait) continue;  // mailbox_kernel_forms has them
+      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger));
+      forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger));
     }
-    const ConsumerVariant baseline = ConsumerVariant::baseline;
-    forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, baseline, ConsumerTrigger::polling));
-    forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, baseline, ConsumerTrigger::polling));
-    forms.push_back(
-        nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, baseline, ConsumerTrigger::polling_early));
-    forms.push_back(
-        bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, baseline, ConsumerTrigger::polling_early));
-    // The trace forms (pooler-kernel-bench --chain --trace): both variants, and the polling one.
-    for (ConsumerVariant v : {ConsumerVariant::baseline, ConsumerVariant::one_round_trip}) {
-      forms.push_back(
-          nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, ConsumerTrigger::after_wait, true));
-      forms.push_back(
-          bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, ConsumerTrigger::after_wait, true));
-    }
+    // The trace forms (pooler-kernel-bench --chain --trace): after the wait, and the polling ones.
+    forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerTrigger::after_wait, true));
+    forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerTrigger::after_wait, true));
     for (ConsumerTrigger trigger : {ConsumerTrigger::polling, ConsumerTrigger::polling_early}) {
-      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
-                                          trigger, true));
+      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger, true));
     }
     for (bool nvfp4 : {true, false}) forms.push_back(gathered_consumer_form(kPooled, tp, kEps, kGainCenter, nvfp4));
   }
@@ -91,10 +79,8 @@ TEST(PoolerForms, ConsumerTraceFormsAreSeparate) {
   // Their own name and constant, so they never share a cache entry with the forms Pooler runs.
   for (bool nvfp4 : {true, false}) {
     auto make = nvfp4 ? nvfp4_consumer_form : bf16_consumer_form;
-    const Form plain = make(kPooled, 4, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
-                            ConsumerTrigger::before_wait, false);
-    const Form traced = make(kPooled, 4, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
-                             ConsumerTrigger::before_wait, true);
+    const Form plain = make(kPooled, 4, kCapacity, kEps, kGainCenter, ConsumerTrigger::before_wait, false);
+    const Form traced = make(kPooled, 4, kCapacity, kEps, kGainCenter, ConsumerTrigger::before_wait, true);
     EXPECT_EQ(traced.name(), plain.name() + "_trace");
     EXPECT_EQ(traced.kernels(), plain.kernels());
     EXPECT_NE(traced.describe_constants().find("TRACE=1"), std::string::npos) << traced.describe_constants();

@@ -8,10 +8,8 @@
 // (62: the first and last BF16 edge layers, NVFP4 between) with their own weights run
 // as one CUDA graph with PDL, as in pooler-bench; the time per layer is the graph's
 // median over the replays divided by the layers. Beside it, in the same run:
-//   consumers    each path with the baseline consumer and the one-round-trip one
-//                (gather_kernels.hpp, ConsumerVariant), side by side
-//   one launch   the GEMM's one-launch form (PoolerGemm::launch_consume): one kernel per
-//                layer that publishes, then gathers, norms and quantizes
+//   alt trigger  where the GEMM triggers after its wait, the consumer with another trigger
+//                than the rule's (consumer_trigger), side by side
 //   floor        weight bytes per layer / the streaming-read ceiling measured here
 //   GEMM alone   the plain GEMM of every layer, chained the same way
 //   gather       [publish kernel + consumer] - [publish kernel], per layer
@@ -24,8 +22,8 @@
 // NVLink is absent: every publish stores into local HBM, so the fused figures lack the
 // NVLink latency of a real run, and the stock path lacks NCCL's.
 //
-// Before timing, one BF16 and one NVFP4 layer of the fused path (with each consumer) and
-// of the one-launch form are checked bit for bit against the stock norm (+ quantize) of
+// Before timing, one BF16 and one NVFP4 layer of the fused path (with the rule's and the
+// alternative trigger) are checked bit for bit against the stock norm (+ quantize) of
 // the plain GEMM's output (the same bits as the fused GEMM's), gathered by the same 2D
 // copies.
 #include "tools/kernel_bench_chain.hpp"
@@ -77,7 +75,6 @@ constexpr float kGainCenter = 1.0f;
 constexpr float kGlobalScale = 448.0f * 6.0f / 5.0f;
 // No healthy poll waits in loopback; a protocol slip ends a call with a record.
 constexpr unsigned long long kTimeoutNs = 1'000'000'000ull;
-constexpr ConsumerVariant kVariants[2] = {ConsumerVariant::baseline, ConsumerVariant::one_round_trip};
 
 const char* kChainUsage = R"(usage: pooler-kernel-bench --chain [options]
 
@@ -95,7 +92,7 @@ options:
   --arch ARCH       architecture to compile for without a GPU (default sm_90)
   --json FILE       also write the rows as JSON
   --trace DIR       also trace, per (tp, b), 16 layers of the rule's path (the publishing GEMM's and
-                    the one-round-trip NVFP4 consumer's trace forms): when each CTA passed each step,
+                    the NVFP4 consumer's trace forms): when each CTA passed each step,
                     to DIR/chain_trace_tp{tp}_b{b}.txt, and a timeline of medians on stdout
   -h, --help        this text
 )";
@@ -188,14 +185,6 @@ double time_graph(CUstream stream, int replays, int per_replay, Enqueue enqueue)
   return median(samples);
 }
 
-// The one-launch forms of (tp, b, the GEMM's shape): [0] for the BF16 edge layers, [1]
-// for NVFP4.
-std::vector<GemmPlan> one_launch_plans(int tp, int b, const PoolerGemmShape& shape) {
-  const GemmPlan publishing = GemmPlan(b, kPooled / tp, kHidden, shape).publishing(GemmPublish{tp, kCapacity});
-  return {publishing.consuming(GemmConsume{GemmOutput::bf16, kEps, kGainCenter}),
-          publishing.consuming(GemmConsume{GemmOutput::nvfp4, kEps, kGainCenter})};
-}
-
 std::vector<Form> chain_forms(const ChainOptions& o) {
   std::vector<Form> forms = {fill_form(), stock_norm_form(kPooled, kEps, kGainCenter), stock_quantize_form(kPooled)};
   for (const ReadConfig& c : read_configs()) forms.push_back(read_form(c));
@@ -206,43 +195,38 @@ std::vector<Form> chain_forms(const ChainOptions& o) {
       for (const WeightPath& path : weight_paths(n, kHidden, b)) {
         forms.push_back(pooler_gemm_form(b, n, kHidden, path.shape));
         forms.push_back(pooler_gemm_form(b, n, kHidden, path.shape, &publish));
-        for (const GemmPlan& plan : one_launch_plans(tp, b, path.shape)) forms.push_back(plan.form());
       }
       if (!o.trace_dir.empty()) {
         const PoolerGemmShape rule = choose_gemm_shape(n, kHidden, b);
         forms.push_back(pooler_gemm_form(b, n, kHidden, rule, &publish, true));
-        forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
+        forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter,
                                             consumer_trigger(GemmPlan(b, n, kHidden, rule)), true));
       }
     }
     forms.push_back(publish_form(kPooled, tp, kCapacity));
-    for (ConsumerVariant v : kVariants) {
-      for (ConsumerTrigger t : kAllConsumerTriggers) {
-        forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, t));
-        forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, v, t));
-      }
+    for (ConsumerTrigger t : kAllConsumerTriggers) {
+      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, t));
+      forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, t));
     }
   }
   return forms;
 }
 
-// Microseconds per layer; [v]: with the consumer of kVariants[v].
+// Microseconds per layer.
 struct ChainRow {
   int tp = 0, b = 0, n = 0;
   std::string path;   // the GEMM's weight path (WeightPath::label)
   bool rule = false;  // the rule's GEMM shape
   std::string shape;
-  double floor = 0, fused[2] = {}, one_launch = 0, gemm = 0, publish = 0, publish_gather[2] = {}, stock = 0,
-         stock_norm = 0;
+  double floor = 0, fused = 0, gemm = 0, publish = 0, publish_gather = 0, stock = 0, stock_norm = 0;
   ConsumerTrigger trigger = ConsumerTrigger::after_wait;  // the consumers' (consumer_trigger of the shape)
-  // Where the GEMM triggers after its wait: fused1rt with another trigger than the rule's, in one
+  // Where the GEMM triggers after its wait: fused with another trigger than the rule's, in one
   // run (waiting where the rule polls, else polling with the later trigger); -1 elsewhere.
   double fused_alt = -1;
   ConsumerTrigger alt_trigger = ConsumerTrigger::after_wait;
   int row_ctas = 1;  // the NVFP4 consumers' CTAs per row
   std::string check;
-  std::string one_launch_refused;  // why there is no one-launch figure (one_launch = -1)
-  double gather(int v) const { return publish_gather[v] - publish; }
+  double gather() const { return publish_gather - publish; }
 };
 
 // Everything the chain needs on the GPU: compiled kernels, the cuBLAS handle, the
@@ -325,16 +309,14 @@ class ChainRig {
     publisher_.emplace(*publish_loaded_, layout_, 0, peers_, state_.state());
     const MailboxBinding binding = state_.binding(mailbox_.get());
     split_ = consumer_row_split(n_, kHidden);  // the Pooler's for this width
-    for (int v = 0; v < 2; ++v) {
-      for (int t = 0; t < kConsumerTriggers; ++t) {
-        const ConsumerTrigger trigger = kAllConsumerTriggers[t];
-        const Form nvfp4 = nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v], trigger);
-        const Form bf16 = bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, kVariants[v], trigger);
-        nvfp4_loaded_[v][t].emplace(*gpu.cache.get(nvfp4, gpu.arch).entry, gpu.context);
-        bf16_loaded_[v][t].emplace(*gpu.cache.get(bf16, gpu.arch).entry, gpu.context);
-        nvfp4_[v][t].emplace(*nvfp4_loaded_[v][t], layout_, 0, binding, kTimeoutNs, split_);
-        bf16_[v][t].emplace(*bf16_loaded_[v][t], layout_, 0, binding, kTimeoutNs, split_);
-      }
+    for (int t = 0; t < kConsumerTriggers; ++t) {
+      const ConsumerTrigger trigger = kAllConsumerTriggers[t];
+      const Form nvfp4 = nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger);
+      const Form bf16 = bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger);
+      nvfp4_loaded_[t].emplace(*gpu.cache.get(nvfp4, gpu.arch).entry, gpu.context);
+      bf16_loaded_[t].emplace(*gpu.cache.get(bf16, gpu.arch).entry, gpu.context);
+      nvfp4_[t].emplace(*nvfp4_loaded_[t], layout_, 0, binding, kTimeoutNs, split_);
+      bf16_[t].emplace(*bf16_loaded_[t], layout_, 0, binding, kTimeoutNs, split_);
     }
     POOLER_CU(cuStreamSynchronize(gpu.stream), "setting up the chain");
   }
@@ -360,26 +342,13 @@ class ChainRig {
           row.trigger == ConsumerTrigger::polling ? ConsumerTrigger::after_wait : ConsumerTrigger::polling;
       alt_ = static_cast<int>(row.alt_trigger);
     }
-    row.row_ctas = nvfp4_[0][trigger_]->row_ctas(b);
+    row.row_ctas = nvfp4_[trigger_]->row_ctas(b);
     const GemmPublish publish{tp_, kCapacity};
     const PoolerGemm plain(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape), gpu_.arch).entry, gpu_.context, b,
                            n_, kHidden, shape);
     const PoolerGemm fused(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape, &publish), gpu_.arch).entry,
                            gpu_.context, b, n_, kHidden, shape, &publish);
-    std::vector<PoolerGemm> one;  // [0] BF16, [1] NVFP4
-    one.reserve(2);
-    try {
-      for (const GemmPlan& plan : one_launch_plans(tp_, b, shape)) {
-        one.emplace_back(*gpu_.cache.get(plan.form(), gpu_.arch).entry, gpu_.context, plan);
-      }
-    } catch (const NotCoResident& refused) {
-      // The device cannot hold this shape's whole grid at once (PoolerGemm's check):
-      // no one-launch figure for it.
-      one.clear();
-      row.one_launch_refused = refused.what();
-      row.one_launch = -1;
-    }
-    row.check = check(plain, fused, one, b);
+    row.check = check(plain, fused, b);
     const CUstream s = gpu_.stream;
     const int layers = o_.layers;
     auto each_layer = [&](auto body) {
@@ -387,36 +356,28 @@ class ChainRig {
         for (int layer = 0; layer < layers; ++layer) body(layer);
       };
     };
-    // The variants alternate call by call on the one mailbox (the protocol allows it).
-    for (int v : {0, 1}) {
-      row.fused[v] =
-          time_graph(s, o_.replays, layers, each_layer([&, v](int layer) {
-                       fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
-                       consume(layer, b, v);
-                     }));
-    }
+    row.fused =
+        time_graph(s, o_.replays, layers, each_layer([&](int layer) {
+                     fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
+                     consume(layer, b);
+                   }));
     if (alt_ >= 0) {
       row.fused_alt =
           time_graph(s, o_.replays, layers, each_layer([&](int layer) {
                        fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
-                       consume(layer, b, 1, alt_);
+                       consume(layer, b, alt_);
                      }));
-    }
-    if (!one.empty()) {
-      row.one_launch = time_graph(s, o_.replays, layers, each_layer([&](int layer) { one_launch(one, layer); }));
     }
     row.gemm = time_graph(s, o_.replays, layers,
                           each_layer([&](int layer) { plain.launch(s, x_.get(), weight(layer), c_.get(), true); }));
-    for (int v : {0, 1}) {
-      row.publish_gather[v] = time_graph(s, o_.replays, layers, each_layer([&, v](int layer) {
-                                           publisher_->launch(s, c_.get(), b, true);
-                                           consume(layer, b, v);
-                                         }));
-    }
+    row.publish_gather = time_graph(s, o_.replays, layers, each_layer([&](int layer) {
+                                      publisher_->launch(s, c_.get(), b, true);
+                                      consume(layer, b);
+                                    }));
     row.publish = time_graph(s, o_.replays, layers, each_layer([&](int) { publisher_->launch(s, c_.get(), b, true); }));
     // The publishes alone left this stage's rows unconsumed: one whole call takes them.
     publisher_->launch(s, c_.get(), b, true);
-    consume(1, b, 0);
+    consume(1, b);
     if (o_.stock && stock) {
       auto stock_layer = [&](int layer) {
         stock_gemm(layer, b);
@@ -441,16 +402,15 @@ class ChainRig {
 
   void set_ceiling(double gbps) { ceiling_gbps_ = gbps; }
 
-  // --trace: 16 layers of the traced publishing GEMM and the traced one-round-trip NVFP4
-  // consumer (the rule's trigger for `shape`), recorded in one replay after a warm-up.
+  // --trace: 16 layers of the traced publishing GEMM and the traced NVFP4 consumer (the rule's trigger for `shape`),
+  // recorded in one replay after a warm-up.
   void trace(int b, const PoolerGemmShape& shape) const {
     const CUstream s = gpu_.stream;
     const GemmPublish publish{tp_, kCapacity};
     const PoolerGemm gemm(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape, &publish, true), gpu_.arch).entry,
                           gpu_.context, b, n_, kHidden, shape, &publish, true);
-    const Form consumer_form =
-        nvfp4_consumer_form(kPooled, tp_, kCapacity, kEps, kGainCenter, ConsumerVariant::one_round_trip,
-                            consumer_trigger(GemmPlan(b, n_, kHidden, shape)), true);
+    const Form consumer_form = nvfp4_consumer_form(kPooled, tp_, kCapacity, kEps, kGainCenter,
+                                                   consumer_trigger(GemmPlan(b, n_, kHidden, shape)), true);
     const LoadedForm loaded(*gpu_.cache.get(consumer_form, gpu_.arch).entry, gpu_.context);
     const Nvfp4ConsumerLauncher consumer(loaded, layout_, 0, state_.binding(mailbox_.get()), kTimeoutNs, split_);
     const GemmTrace gemm_trace = gemm.trace();
@@ -479,27 +439,14 @@ class ChainRig {
   CUdeviceptr weight(int layer) const { return weights_.get() + sz(layer) * sz(n_) * kHidden * 2; }
   bool edge(int layer) const { return layer == 0 || layer == o_.layers - 1; }
 
-  // The one-launch form of `layer` (one[0] for the BF16 edge layers, one[1] for NVFP4).
-  void one_launch(const std::vector<PoolerGemm>& one, int layer) const {
-    GemmConsumeOutputs out;
-    out.norm_weight = norm_weight_.get();
-    out.global_scale = global_scale_.get();
-    out.packed = packed_.get();
-    out.scales = scales_.get();
-    out.rows = rows_.get();
-    out.normed = normed_.get();
-    one[edge(layer) ? 0 : 1].launch_consume(gpu_.stream, x_.get(), weight(layer), c_.get(), peers_,
-                                            state_.binding(mailbox_.get()), 0, out, layer, kTimeoutNs, true);
-  }
-
-  // The consumer of variant v with the row's trigger, or with trigger index t.
-  void consume(int layer, int b, int v, int t = -1) const {
+  // The consumer with the row's trigger, or with trigger index t.
+  void consume(int layer, int b, int t = -1) const {
     if (t < 0) t = trigger_;
     if (edge(layer)) {
-      bf16_[v][t]->launch(gpu_.stream, norm_weight_.get(), rows_.get(), normed_.get(), b, layer, true);
+      bf16_[t]->launch(gpu_.stream, norm_weight_.get(), rows_.get(), normed_.get(), b, layer, true);
     } else {
-      nvfp4_[v][t]->launch(gpu_.stream, norm_weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer,
-                           true);
+      nvfp4_[t]->launch(gpu_.stream, norm_weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer,
+                        true);
     }
   }
 
@@ -532,28 +479,23 @@ class ChainRig {
     }
   }
 
-  // One BF16 layer (0) and one NVFP4 layer (1) of the fused path with each consumer
-  // (v = 0, 1), of the one-launch form (v = 2) and of the one-round-trip consumer with the
-  // alternative trigger (v = 3) against the stock norm (+ quantize) of the plain GEMM's output:
-  // "ok" or what differs.
-  std::string check(const PoolerGemm& plain, const PoolerGemm& fused, const std::vector<PoolerGemm>& one, int b) {
+  // One BF16 layer (0) and one NVFP4 layer (1) of the fused path with the rule's trigger
+  // (alt = 0) and the alternative one (alt = 1) against the stock norm (+ quantize) of the plain
+  // GEMM's output: "ok" or what differs.
+  std::string check(const PoolerGemm& plain, const PoolerGemm& fused, int b) {
     const CUstream s = gpu_.stream;
     std::string problems;
-    for (int pass = 0; pass < 8; ++pass) {
-      const int layer = pass % 2, v = pass / 2;
-      if ((v == 2 && one.empty()) || (v == 3 && alt_ < 0)) continue;
+    for (int pass = 0; pass < 4; ++pass) {
+      const int layer = pass % 2, alt = pass / 2;
+      if (alt == 1 && alt_ < 0) continue;
       for (const DeviceBuffer* buffer : {&packed_, &scales_, &rows_, &normed_}) {
         POOLER_CU(cuMemsetD8Async(buffer->get(), 0xA5, buffer->bytes(), s), "poisoning a fused output");
       }
       for (const DeviceBuffer* buffer : {&stock_packed_, &stock_scales_, &stock_normed_}) {
         POOLER_CU(cuMemsetD8Async(buffer->get(), 0x5A, buffer->bytes(), s), "poisoning a stock output");
       }
-      if (v == 2) {
-        one_launch(one, layer);
-      } else {
-        fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
-        consume(layer, b, v == 3 ? 1 : v, v == 3 ? alt_ : -1);
-      }
+      fused.launch_publish(s, x_.get(), weight(layer), c_.get(), peers_, state_.state(), 0, true);
+      consume(layer, b, alt == 1 ? alt_ : -1);
       plain.launch(s, x_.get(), weight(layer), c_stock_.get(), true);
       gather_and_norm(layer, b);
       POOLER_CU(cuStreamSynchronize(s), "the chain's check");
@@ -564,12 +506,8 @@ class ChainRig {
         std::size_t differ = 0;
         for (std::size_t i = 0; i < bytes; ++i) differ += a[i] != e[i] ? 1 : 0;
         if (differ != 0) {
-          problems +=
-              fmt::format("{}{} ({}): {} of {} bytes differ", problems.empty() ? "" : "; ", what,
-                          v < 2    ? fmt::format("{} consumer", to_string(kVariants[v]))
-                          : v == 3 ? fmt::format("one-round-trip consumer, {}", to_string(kAllConsumerTriggers[alt_]))
-                                   : "one launch",
-                          differ, bytes);
+          problems += fmt::format("{}{} (consumer {}): {} of {} bytes differ", problems.empty() ? "" : "; ", what,
+                                  to_string(kAllConsumerTriggers[alt == 1 ? alt_ : trigger_]), differ, bytes);
         }
       };
       if (edge(layer)) {
@@ -593,27 +531,24 @@ class ChainRig {
   MailboxState state_;
   DeviceBuffer c_, c_stock_, packed_, scales_, rows_, normed_, gathered_, stock_normed_, stock_packed_, stock_scales_;
   MailboxPeers peers_{};
-  // [variant][trigger]
-  std::optional<LoadedForm> publish_loaded_, nvfp4_loaded_[2][kConsumerTriggers], bf16_loaded_[2][kConsumerTriggers];
+  // [trigger]
+  std::optional<LoadedForm> publish_loaded_, nvfp4_loaded_[kConsumerTriggers], bf16_loaded_[kConsumerTriggers];
   std::optional<PublishLauncher> publisher_;
-  std::optional<Nvfp4ConsumerLauncher> nvfp4_[2][kConsumerTriggers];
-  std::optional<Bf16ConsumerLauncher> bf16_[2][kConsumerTriggers];
+  std::optional<Nvfp4ConsumerLauncher> nvfp4_[kConsumerTriggers];
+  std::optional<Bf16ConsumerLauncher> bf16_[kConsumerTriggers];
   int trigger_ = 0;  // the consumers' trigger (index into kAllConsumerTriggers) for the row being measured
   int alt_ = -1;     // the alternative trigger (ChainRow::alt_trigger) of that row, or -1
   double ceiling_gbps_ = 0;
 };
 
 void print_row(const ChainRow& r) {
-  const double best = std::min({r.fused[0], r.fused[1], r.one_launch > 0 ? r.one_launch : r.fused[0]});
   const std::string path = r.path + (r.rule ? "*" : "");
-  const std::string alt = r.fused_alt > 0 ? fmt::format("; 1rt-alt: {}", to_string(r.alt_trigger)) : "";
+  const std::string alt = r.fused_alt > 0 ? fmt::format("; alt: {}", to_string(r.alt_trigger)) : "";
   std::printf(
-      "%3d %3d %5d %-10s %8.2f %8.2f %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s; "
+      "%3d %3d %5d %-10s %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s; "
       "consumers %s%s; %d CTAs per row]\n",
-      r.tp, r.b, r.n, path.c_str(), r.fused[0], r.fused[1], r.fused_alt, r.one_launch, r.floor, best / r.floor, r.gemm,
-      r.gather(0), r.gather(1), r.publish, r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str(),
-      to_string(r.trigger), alt.c_str(), r.row_ctas);
-  if (!r.one_launch_refused.empty()) std::printf("    onelaunch -1: %s\n", r.one_launch_refused.c_str());
+      r.tp, r.b, r.n, path.c_str(), r.fused, r.fused_alt, r.floor, r.fused / r.floor, r.gemm, r.gather(), r.publish,
+      r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str(), to_string(r.trigger), alt.c_str(), r.row_ctas);
   std::fflush(stdout);
 }
 
@@ -629,15 +564,13 @@ void write_json(const std::string& path, const ChainOptions& o, const DeviceInfo
     const ChainRow& r = rows[i];
     out << fmt::format(
         "  {{\"tp\": {}, \"b\": {}, \"n\": {}, \"w_path\": \"{}\", \"rule\": {}, \"shape\": \"{}\", "
-        "\"fused_us\": {:.3f}, "
-        "\"fused_1rt_us\": {:.3f}, \"fused_1rt_alt_us\": {:.3f}, \"alt_trigger\": \"{}\", \"one_launch_us\": {:.3f}, "
-        "\"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, "
-        "\"gather_us\": {:.3f}, "
-        "\"gather_1rt_us\": {:.3f}, \"publish_us\": {:.3f}, \"stock_us\": {:.3f}, "
+        "\"fused_us\": {:.3f}, \"fused_alt_us\": {:.3f}, \"alt_trigger\": \"{}\", "
+        "\"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, \"gather_us\": {:.3f}, \"publish_us\": {:.3f}, \"stock_us\": "
+        "{:.3f}, "
         "\"stock_norm_us\": {:.3f}, \"consumer_trigger\": \"{}\", \"row_ctas\": {}, \"check\": \"{}\"}}{}\n",
-        r.tp, r.b, r.n, r.path, r.rule ? "true" : "false", r.shape, r.fused[0], r.fused[1], r.fused_alt,
-        r.fused_alt > 0 ? to_string(r.alt_trigger) : "", r.one_launch, r.floor, r.gemm, r.gather(0), r.gather(1),
-        r.publish, r.stock, r.stock_norm, to_string(r.trigger), r.row_ctas, r.check, i + 1 < rows.size() ? "," : "");
+        r.tp, r.b, r.n, r.path, r.rule ? "true" : "false", r.shape, r.fused, r.fused_alt,
+        r.fused_alt > 0 ? to_string(r.alt_trigger) : "", r.floor, r.gemm, r.gather(), r.publish, r.stock, r.stock_norm,
+        to_string(r.trigger), r.row_ctas, r.check, i + 1 < rows.size() ? "," : "");
   }
   out << " ]\n}\n";
 }
@@ -700,9 +633,8 @@ int chain_main(int argc, char** argv) {
         "\nper-layer chain in loopback (rank 0 of tp; P %d, H %d, %d layers per graph, first and last BF16; "
         "PDL on; us per layer, medians of %d replays)\n",
         kPooled, kHidden, o.layers, o.replays);
-    std::printf("%3s %3s %5s %-10s %8s %8s %8s %8s %8s %6s %8s %8s %8s %8s %8s %8s   %s\n", "tp", "b", "N", "w path",
-                "fused", "fused1rt", "1rt-alt", "onelaunch", "floor", "x_flr", "gemm", "gather", "gath1rt", "publish",
-                "stock", "norm", "check [GEMM shape]");
+    std::printf("%3s %3s %5s %-10s %8s %8s %8s %6s %8s %8s %8s %8s %8s   %s\n", "tp", "b", "N", "w path", "fused",
+                "alt", "floor", "x_flr", "gemm", "gather", "publish", "stock", "norm", "check [GEMM shape]");
     std::vector<ChainRow> rows;
     for (int tp : o.tps) {
       ChainRig rig(gpu, o, tp);
@@ -722,17 +654,15 @@ int chain_main(int argc, char** argv) {
       }
     }
     std::printf(
-        "\nfused: Pooler::run's kernels (the GEMM publishing from its epilogue, then the consumer) per layer;\n"
-        "  fused1rt: the same with the one-round-trip consumer (both with the rule's trigger: consumer_trigger);\n"
-        "  1rt-alt: fused1rt polling where the rule waits, waiting where it polls, and polling with the\n"
-        "  later trigger where it polls with the early one (-1: the GEMM triggers before its wait, so no\n"
-        "  polling); onelaunch: the GEMM's one-launch form, one kernel\n"
-        "  per layer; floor: the layer's weight bytes (N x H x 2) at the read ceiling; x_flr = the fastest / floor; "
-        "gemm: the plain GEMM alone, chained; gather: [publish\n"
-        "  kernel + consumer] - [publish kernel] (gath1rt: one-round-trip consumer); publish: the publish kernel\n"
-        "  alone; stock: cuBLAS + tp local 2D copies + stock norm (+ quantize); norm: the stock norm alone.\n"
+        "\nfused: Pooler::run's kernels (the GEMM publishing from its epilogue, then the consumer with the\n"
+        "  rule's trigger: consumer_trigger) per layer; alt: fused polling where the rule waits, waiting where it\n"
+        "  polls, and polling with the later trigger where it polls with the early one (-1: the GEMM triggers\n"
+        "  before its wait, so no polling); floor: the layer's weight bytes (N x H x 2) at the read ceiling;\n"
+        "  x_flr = fused / floor; gemm: the plain GEMM alone, chained; gather: [publish kernel + consumer] -\n"
+        "  [publish kernel]; publish: the publish kernel alone; stock: cuBLAS + tp local 2D copies + stock norm\n"
+        "  (+ quantize); norm: the stock norm alone.\n"
         "  Loopback: publishes store into local HBM, no NVLink latency and no NCCL in these figures. check: one\n"
-        "  BF16 and one NVFP4 layer per consumer and of the one-launch form against the stock norm (+ quantize)\n"
+        "  BF16 and one NVFP4 layer with each trigger timed against the stock norm (+ quantize)\n"
         "  of the plain GEMM's output, bit for bit. w path: the GEMM's weights streamed (stream: registers or a\n"
         "  ring), or the CTA's whole share in shared memory before the PDL wait (on-chip; on-chip-2: two CTAs per\n"
         "  SM); * the rule's. Total %.1f s.\n",

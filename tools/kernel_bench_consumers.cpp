@@ -52,13 +52,12 @@ struct ConsumerRow {
   std::string check;         // "ok", or what went wrong
 };
 
-// The forms a tp's rig loads: the publish, then the Pooler's NVFP4 and BF16 consumers (one round
-// trip, triggering after their wait).
+// The forms a tp's rig loads: the publish, then the Pooler's NVFP4 and BF16 consumers (triggering
+// after their wait).
 std::array<Form, 3> rig_forms(int tp) {
-  const ConsumerVariant v = ConsumerVariant::one_round_trip;
   return {publish_form(kConsumerPooled, tp, kConsumerCapacity),
-          nvfp4_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter, v),
-          bf16_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter, v)};
+          nvfp4_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter),
+          bf16_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter)};
 }
 
 // One tp's loopback mailbox (harness::LoopbackMailbox) with random shards, the

@@ -95,15 +95,14 @@ const Command kCommands[] = {
      "directory (other files are left alone).\n"},
     {"build",
      "usage: pooler-cubin build [--arch ARCH]... [--tp N]... [--batches LIST] [--capacity N]\n"
-     "                         [--hidden H] [--pooled P] [--norm EPS:GC]... [--edge-norm EPS:GC]... [--one-launch]\n"
+     "                         [--hidden H] [--pooled P] [--norm EPS:GC]... [--edge-norm EPS:GC]...\n"
      "                         [--sample]\n\n"
      "Compiles every form of a pooler configuration into the cache ahead of time, independent forms in "
      "parallel, and prints each form with its origin, compile time and kernels' resources. Defaults: Muse "
      "Spark (H 8192, P 4096), --arch sm_90 --arch sm_100a, --tp 1 --tp 2 --tp 4 --tp 8, --batches "
      "1,2,4,8,16, --capacity 32, --norm 1e-5:1 (NVFP4 layers), --edge-norm 1e-5:1 (BF16 edge layers); the "
-     "stock norm and quantize forms of the benchmark are included. --one-launch adds the GEMM's one-launch "
-     "forms (PoolerOptions::one_launch: one per batch and norm, NVFP4 and edge). --sample compiles only the "
-     "runtime's sample form.\n"},
+     "stock norm and quantize forms of the benchmark are included. --sample compiles only the runtime's "
+     "sample form.\n"},
 };
 
 // The library's location (POOLER_CACHE, POOLER_CACHE_DIR, POOLER_CACHE_SHARED);
@@ -469,8 +468,6 @@ int parse_build(const std::vector<std::string>& args, BuildRequest& request) {
     };
     if (flag == "--sample") {
       request.sample = true;
-    } else if (flag == "--one-launch") {
-      request.config.one_launch = true;
     } else if (flag == "--arch" && has_value) {
       request.architectures.push_back(args[++i]);
     } else if (flag == "--tp") {

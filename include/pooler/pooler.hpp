@@ -85,17 +85,11 @@ struct POOLER_API PoolerOptions {
   int hidden = 8192;                                                 // H: the GEMM's K (Muse Spark)
   int pooled = 4096;                                                 // P: the pooled width (Muse Spark)
   std::optional<PoolerGemmShape> gemm_shape;                         // default: choose_gemm_shape per batch
-  bool fuse_publish = true;             // run(): the GEMM's epilogue publishes (no publish kernel)
-  bool one_round_trip_consumer = true;  // gather()/run(): the consumer with one dependent round trip after its PDL
-                                        // wait (false: the baseline consumer; same outputs);
-                                        // POOLER_CONSUMER=baseline|one_round_trip overrides it
+  bool fuse_publish = true;                    // run(): the GEMM's epilogue publishes (no publish kernel)
   Transport transport = Transport::automatic;  // Pooler::transport() says which one construction took
   bool allow_nvls = false;  // true: accept a process where NCCL may use NVLink multicast (NCCL_NVLS_ENABLE not 0) for
                             // its own collectives; pooler itself never creates a multicast object. false (default):
                             // construction refuses unless NCCL_NVLS_ENABLE=0
-  bool one_launch = false;  // run(): one kernel per layer, the GEMM's one-launch form (it publishes, then gathers,
-                            // norms and quantizes; same outputs); POOLER_ONE_LAUNCH=0|1 overrides it. project,
-                            // publish and gather are unchanged
 };
 
 // What run() hands the experts. For an NVFP4 layer `packed` (U8 [b, P / 2]) and

@@ -21,7 +21,7 @@ constexpr u32 kMailboxSentinelPair = 0x80008000u;
 struct MailboxStateBlock {
   u32 stage;                 // stage of the next call, 0..2
   u32 rows[kMailboxStages];  // rows the last call of each stage wrote, to clear next time
-  u32 arrived;               // consumer CTAs of the current call that are done
+  u32 arrived;               // polling consumer: CTAs of the current call that have read the state
   u32 failed;                // sticky: a poll passed its deadline
   u32 calls;                 // completed consumer calls (diagnostics and tests)
   u32 published;             // `stage` as this call's publisher read it (the one-round-trip consumer's stage)
@@ -85,14 +85,6 @@ struct MailboxCall {
   u32 stage;          // this call's stage
   u32 rows_to_clear;  // rows the previous call used in stage (stage + 2) % 3
 };
-
-// Every thread reads the state (a broadcast load; cheaper than a barrier). After pdl_wait().
-POOLER_DEVICE MailboxCall mailbox_begin(const MailboxStateBlock* state) {
-  MailboxCall call;
-  call.stage = ld_relaxed_gpu_u32(&state->stage);
-  call.rows_to_clear = ld_relaxed_gpu_u32(&state->rows[(call.stage + 2u) % kMailboxStages]);
-  return call;
-}
 
 // The sentinel back into this thread's 16 columns of the previous call's rows (CTA i: rows i,
 // i + gridDim.x, ...). why: docs/design/protocol.md, "Three stages and clearing".
@@ -174,21 +166,6 @@ POOLER_DEVICE bool mailbox_poll16(const u16* mailbox, MailboxStateBlock* state, 
   return ok;
 }
 
-// The last CTA to arrive advances the stage and leaves the call's `rows` for the next call to
-// clear. why: docs/design/protocol.md, "Memory ordering".
-POOLER_DEVICE void mailbox_arrive(MailboxStateBlock* state, const MailboxCall& call, u32 rows) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const u32 before = atom_add_acq_rel_gpu_u32(&state->arrived, 1u);
-    if (before == gridDim.x - 1u) {
-      st_relaxed_gpu_u32(&state->rows[call.stage], rows);
-      st_relaxed_gpu_u32(&state->stage, (call.stage + 1u) % kMailboxStages);
-      st_relaxed_gpu_u32(&state->calls, ld_relaxed_gpu_u32(&state->calls) + 1u);
-      st_relaxed_gpu_u32(&state->arrived, 0u);
-    }
-  }
-}
-
 // ---- the consumer side, one round trip after the PDL wait ---------------------------------
 // why: docs/design/protocol.md, "The one-round-trip consumer".
 
@@ -254,7 +231,7 @@ POOLER_DEVICE bool mailbox_read16(const u16* mailbox, MailboxStateBlock* state, 
   return mailbox_poll16<kTp, kCapacity, kWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
 }
 
-// The one-launch form (its GEMM's CTAs read `stage` themselves, so CTA 0 waits for them): CTAs
+// The polling consumer (mailbox_snapshot_before_wait: CTA 0 waits for the others' reads): CTAs
 // other than 0, once every thread of the CTA has read (the barrier), with `stage`, the value
 // this CTA read from the state: the relaxed add takes an operand computed from it (1 for any stage
 // below 2^31), so it cannot be issued before that read has returned. No release: its fence would
@@ -268,8 +245,7 @@ POOLER_DEVICE void mailbox_arrive_after_read(MailboxStateBlock* state, u32 stage
 // After the outputs are stored: clear what was read and what the previous call left; CTA 0 then
 // advances the stage, waiting for no other CTA (none of them reads what it writes). With row_ctas > 1
 // CTAs per row a CTA cannot tell that its row's other readers are done, so the call's rows are left
-// for the next call to clear, as a baseline call leaves them (docs/design/protocol.md, "A row over
-// several CTAs").
+// for the next call to clear (docs/design/protocol.md, "A row over several CTAs").
 template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE void mailbox_clear16(u16* mailbox, const MailboxSnapshot& snapshot, u32 row, u32 column, u32 row_ctas) {
   if (row_ctas == 1u) {
@@ -355,9 +331,8 @@ POOLER_DEVICE bool mailbox_read_one_round_trip16(const u16* mailbox, MailboxStat
 
 // As mailbox_finish16; CTA 0 calls it after its PDL wait (so every kernel before it has read
 // `stage`) and advances once every other CTA has reported: at once where the peeked count holds
-// them all, else by waiting (ld.acquire), as the one-launch form's CTA 0 does. The peeked count is a
-// relaxed load: the stores after it depend on it by control only (docs/design/protocol.md, "Memory
-// ordering").
+// them all, else by waiting (ld.acquire). The peeked count is a relaxed load: the stores after it depend on it by
+// control only (docs/design/protocol.md, "Memory ordering").
 template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE void mailbox_finish_polled16(u16* mailbox, MailboxStateBlock* state, const MailboxSnapshot& snapshot,
                                            u32 arrivals, u32 row, u32 column, u32 row_ctas) {

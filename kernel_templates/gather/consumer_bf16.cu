@@ -1,6 +1,6 @@
 // The consumer of the BF16 edge layers: gathers b rows from the local mailbox, writes them and
 // their pre_expert_norm (bit for bit the stock path but for -0.0: numerics.md; protocol.md).
-// Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, ONE_ROUND_TRIP (0: baseline),
+// Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER,
 // TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait; polling: at its
 // start, else once its row is read), POLLING (1: reads the state and polls before its PDL wait,
 // which comes at its end; only right after a kernel that triggers after its own wait: protocol.md,
@@ -20,7 +20,6 @@ constexpr int kShardWidth = POOLED / TP;
 static_assert(POOLED % 512 == 0 && POOLED <= 16384, "POOLED / 16 threads must be whole warps, at most 1024");
 static_assert(POOLED % TP == 0 && kShardWidth % 16 == 0, "a 16-column block never straddles two slots");
 static_assert(TP >= 1 && TP <= pooler::kMailboxMaxPeers, "at most kMailboxMaxPeers ranks");
-static_assert(ONE_ROUND_TRIP == 0 || ONE_ROUND_TRIP == 1, "ONE_ROUND_TRIP is 0 or 1");
 static_assert(TRIGGER_BEFORE_WAIT == 0 || TRIGGER_BEFORE_WAIT == 1, "TRIGGER_BEFORE_WAIT is 0 or 1");
 static_assert(POLLING == 0 || POLLING == 1, "POLLING is 0 or 1");
 static_assert(TRACE == 0 || TRACE == 1, "TRACE is 0 or 1");
@@ -75,23 +74,13 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   u16* normed_row = normed + static_cast<unsigned long long>(row) * POOLED;
   u32 x[8];
   MailboxSnapshot snapshot{0u, 0u, 0u};
-  MailboxCall call{0u, 0u};
   u32 arrivals = 0u;  // polling: CTA 0's peek at the other CTAs' reports
-  if constexpr (ONE_ROUND_TRIP) {
-    // Polling: the state and the row before the PDL wait (docs/design/protocol.md, "The polling consumer").
-    mailbox_read_one_round_trip16<TP, CAPACITY, kShardWidth, POLLING == 1>(mailbox, state, record, row, column, rank,
-                                                                           layer, timeout_ns, snapshot, arrivals, x);
-    trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
-    // Polling: this CTA reported its read of the state already; else nothing: no CTA waits for another.
-    trace.mark(consumer_trace::kArrived);
-  } else {
-    call = mailbox_begin(state);
-    mailbox_clear_previous<TP, CAPACITY, kShardWidth>(mailbox, call, column);
-    mailbox_poll16<TP, CAPACITY, kShardWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
-    trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
-    // The baseline stores the gathered row before the norm's barrier.
-    if (split.ctas == 1u) st_global_16xbf16(rows_row + column, x);
-  }
+  // Polling: the state and the row before the PDL wait (docs/design/protocol.md, "The polling consumer").
+  mailbox_read_one_round_trip16<TP, CAPACITY, kShardWidth, POLLING == 1>(mailbox, state, record, row, column, rank,
+                                                                         layer, timeout_ns, snapshot, arrivals, x);
+  trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
+  // Polling: this CTA reported its read of the state already; else nothing: no CTA waits for another.
+  trace.mark(consumer_trace::kArrived);
   if constexpr (POLLING && !TRIGGER_BEFORE_WAIT) pdl_launch_dependents();  // every CTA has its row
   __shared__ __align__(16) u32 stash_words[POOLED / 2];
   const StashedRow<POOLED> stash{stash_words};
@@ -102,7 +91,7 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
     u32 y[8];
     norm16(x, w, inv, GAIN_CENTER, y);
     trace.normed(y);
-    if constexpr (ONE_ROUND_TRIP) st_global_16xbf16(rows_row + column, x);
+    st_global_16xbf16(rows_row + column, x);
     st_global_16xbf16(normed_row + column, y);
   } else {
     if (split.ctas == 2u) {
@@ -117,12 +106,10 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   // A polling consumer's completion implies the previous kernel's, as a waiting one's does, and
   // its state writes follow every read of `stage` by the kernels before it.
   if constexpr (POLLING) pdl_wait();
-  if constexpr (ONE_ROUND_TRIP && POLLING) {
+  if constexpr (POLLING) {
     mailbox_finish_polled16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, arrivals, row, column, split.ctas);
-  } else if constexpr (ONE_ROUND_TRIP) {
-    mailbox_finish16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, row, column, split.ctas);
   } else {
-    mailbox_arrive(state, call, gridDim.x / split.ctas);
+    mailbox_finish16<TP, CAPACITY, kShardWidth>(mailbox, state, snapshot, row, column, split.ctas);
   }
   trace.mark(consumer_trace::kFinished);
 }

@@ -6,7 +6,6 @@
 #include "mailbox.cuh"
 #include "ptx.cuh"
 #include "gemm_trace.cuh"
-#include "gemm_consume.cuh"
 
 namespace gemm_detail {
 
@@ -165,13 +164,13 @@ struct Ring {
   }
 };
 
-// The whole kernel, one body for every entry point; returns the stage it read (kPublish).
+// The whole kernel, one body for every entry point.
 // thread_x: sm_100+ NVVM bounds a kernel's own %tid.x by __launch_bounds__ but not an inlined
 // function's, so the body states the bound there (sm_90 bounds neither; stating it changes sm_90's code).
 template <bool kPublish>
-__device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __restrict__ w, u16* __restrict__ c,
-                                    const unsigned thread_x, pooler::MailboxPeers peers,
-                                    const pooler::MailboxStateBlock* state, int rank) {
+__device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __restrict__ w, u16* __restrict__ c,
+                                     const unsigned thread_x, pooler::MailboxPeers peers,
+                                     const pooler::MailboxStateBlock* state, int rank) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 1000
   __builtin_assume(thread_x < kThreads);
 #endif
@@ -443,12 +442,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
     }
     trace.mark(6);
   } else {
-    // Before the publish stores, so the release waits for none.
-    // why: docs/design/protocol.md, "One launch per layer".
-    if constexpr (CONSUME != 0) {
-      gemm_consume::arrive_without_row(const_cast<pooler::MailboxStateBlock*>(state), stage, thread_x);
-    }
-    if (split >= kOwners) return stage;  // this rank finishes no columns (uniform over the CTA)
+    if (split >= kOwners) return;  // this rank finishes no columns (uniform over the CTA)
     // Sums as above (the same bits), in rounds of whole warps so every lane reaches the shuffles;
     // lanes 8j..8j+7 hold 8 consecutive columns of one row.
     // why: docs/design/gemm.md, "The fused publish".
@@ -486,7 +480,6 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
     }
     trace.mark(6);
   }
-  return stage;
 }
 
 }  // namespace gemm_detail
@@ -494,7 +487,7 @@ __device__ __forceinline__ u32 gemm(const u16* __restrict__ x, const u16* __rest
 extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gemm_detail::kThreads, MIN_CTAS)
     pooler_gemm(const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
                 unsigned short* __restrict__ c) {
-  if constexpr (!PUBLISH) (void)gemm_detail::gemm<false>(x, w, c, threadIdx.x, pooler::MailboxPeers{}, nullptr, 0);
+  if constexpr (!PUBLISH) gemm_detail::gemm<false>(x, w, c, threadIdx.x, pooler::MailboxPeers{}, nullptr, 0);
 }
 
 // peers.base[p]: rank p's mailbox as this GPU addresses it (16-byte aligned);
@@ -503,23 +496,5 @@ extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gem
     pooler_gemm_publish(const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
                         unsigned short* __restrict__ c, pooler::MailboxPeers peers,
                         const pooler::MailboxStateBlock* __restrict__ state, int rank) {
-  if constexpr (PUBLISH && !CONSUME) gemm_detail::gemm<true>(x, w, c, threadIdx.x, peers, state, rank);
-}
-
-// The one-launch form (gemm_consume.cuh); the consumers' parameters. out0, out1: packed and
-// scales (CONSUME = 1; global_scale one f32) or rows and normed (2), each [ROWS, ...].
-extern "C" __global__ void __cluster_dims__(SPLIT_K, 1, 1) __launch_bounds__(gemm_detail::kThreads, MIN_CTAS)
-    pooler_gemm_consume(const unsigned short* __restrict__ x, const unsigned short* __restrict__ w,
-                        unsigned short* __restrict__ c, pooler::MailboxPeers peers, unsigned short* mailbox,
-                        pooler::MailboxStateBlock* state, pooler::TimeoutRecord* record,
-                        const unsigned short* __restrict__ norm_weight, const float* __restrict__ global_scale,
-                        void* out0, void* out1, int rank, int layer, unsigned long long timeout_ns) {
-  if constexpr (CONSUME != 0) {
-    pooler::u32 weight[gemm_consume::kRounds][8];
-    float scale = 0.0f;
-    gemm_consume::load_parameters(norm_weight, global_scale, threadIdx.x, weight, scale);
-    const pooler::u32 stage = gemm_detail::gemm<true>(x, w, c, threadIdx.x, peers, state, rank);
-    gemm_consume::consume(mailbox, state, record, weight, scale, out0, out1, stage, rank, layer, timeout_ns,
-                          threadIdx.x);
-  }
+  if constexpr (PUBLISH) gemm_detail::gemm<true>(x, w, c, threadIdx.x, peers, state, rank);
 }

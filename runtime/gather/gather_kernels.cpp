@@ -40,23 +40,6 @@ void check_rank(const char* what, int rank, int tp) {
   }
 }
 
-const char* variant_suffix(ConsumerVariant variant) { return variant == ConsumerVariant::one_round_trip ? "_1rt" : ""; }
-
-// The variant of a loaded consumer form of `kind` and this shape (InvalidArgument when
-// it is neither variant's).
-ConsumerVariant consumer_variant(const LoadedForm& form, const char* kind, const MailboxLayout& layout) {
-  for (ConsumerVariant v : {ConsumerVariant::baseline, ConsumerVariant::one_round_trip}) {
-    const std::string expected =
-        shape_name((std::string(kind) + variant_suffix(v)).c_str(), layout.pooled, layout.tp, layout.capacity);
-    const std::string& name = form.form();
-    const bool prefix = name.compare(0, expected.size(), expected) == 0;
-    if (prefix && (name.size() == expected.size() || name[expected.size()] == '_')) {
-      return v;
-    }
-  }
-  return ConsumerVariant::baseline;  // checked_kernel then names what was expected
-}
-
 LaunchShape row_shape(int pooled, int b, bool pdl, int row_ctas = 1) {
   LaunchShape shape;
   shape.grid_x = static_cast<unsigned>(b) * static_cast<unsigned>(row_ctas);
@@ -66,10 +49,6 @@ LaunchShape row_shape(int pooled, int b, bool pdl, int row_ctas = 1) {
 }
 
 }  // namespace
-
-const char* to_string(ConsumerVariant variant) {
-  return variant == ConsumerVariant::one_round_trip ? "one round trip" : "baseline";
-}
 
 const char* to_string(ConsumerTrigger trigger) {
   switch (trigger) {
@@ -111,22 +90,20 @@ Form mailbox_form(const char* caller, const std::string& name, const char* file,
 }
 
 // A consumer: a mailbox form with the norm's constants, which its name carries, its
-// variant (ONE_ROUND_TRIP; "_1rt" after the kind), its trigger ("_tbw", "_poll" or "_poll_early" at the end)
+// trigger ("_tbw", "_poll" or "_poll_early" at the end)
 // and whether it records a trace ("_trace" last).
 Form consumer_form(const char* caller, const char* kind, const char* file, const char* entry, int pooled, int tp,
-                   int capacity, float eps, float gain_center, ConsumerVariant variant, ConsumerTrigger trigger,
-                   bool trace) {
+                   int capacity, float eps, float gain_center, ConsumerTrigger trigger, bool trace) {
   check_norm_constants(caller, eps, gain_center);
   // TRIGGER_BEFORE_WAIT: before the PDL wait, or for a polling consumer at its start.
   const bool early = trigger == ConsumerTrigger::before_wait || trigger == ConsumerTrigger::polling_early;
   const bool polling = polls(trigger);
-  const std::string name = shape_name((std::string(kind) + variant_suffix(variant)).c_str(), pooled, tp, capacity) +
-                           fmt::format("_eps{}_gc{}", eps, gain_center) + (polling ? "_poll" : "") +
-                           (early ? (polling ? "_early" : "_tbw") : "") + (trace ? "_trace" : "");
+  const std::string name = shape_name(kind, pooled, tp, capacity) + fmt::format("_eps{}_gc{}", eps, gain_center) +
+                           (polling ? "_poll" : "") + (early ? (polling ? "_early" : "_tbw") : "") +
+                           (trace ? "_trace" : "");
   return mailbox_form(caller, name, file, entry, pooled, tp, capacity)
       .set("EPS", eps)
       .set("GAIN_CENTER", gain_center)
-      .set("ONE_ROUND_TRIP", variant == ConsumerVariant::one_round_trip ? 1 : 0)
       .set("TRIGGER_BEFORE_WAIT", early ? 1 : 0)
       .set("POLLING", polling ? 1 : 0)
       .set("TRACE", trace ? 1 : 0);
@@ -140,16 +117,16 @@ Form publish_form(int pooled, int tp, int capacity) {
       .set("THREADS", kPublishThreads);
 }
 
-Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center, ConsumerVariant variant,
-                         ConsumerTrigger trigger, bool trace) {
+Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center, ConsumerTrigger trigger,
+                         bool trace) {
   return consumer_form("nvfp4_consumer_form", "pooler_consumer_nvfp4", "consumer_nvfp4.cu", kNvfp4ConsumerEntry, pooled,
-                       tp, capacity, eps, gain_center, variant, trigger, trace);
+                       tp, capacity, eps, gain_center, trigger, trace);
 }
 
-Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center, ConsumerVariant variant,
-                        ConsumerTrigger trigger, bool trace) {
+Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center, ConsumerTrigger trigger,
+                        bool trace) {
   return consumer_form("bf16_consumer_form", "pooler_consumer_bf16", "consumer_bf16.cu", kBf16ConsumerEntry, pooled, tp,
-                       capacity, eps, gain_center, variant, trigger, trace);
+                       capacity, eps, gain_center, trigger, trace);
 }
 
 Form stock_norm_form(int pooled, float eps, float gain_center) {
@@ -224,10 +201,7 @@ void check_binding(const char* what, const MailboxBinding& mailbox) {
 Nvfp4ConsumerLauncher::Nvfp4ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank,
                                              const MailboxBinding& mailbox, unsigned long long timeout_ns,
                                              RowSplit split)
-    : variant_(consumer_variant(form, "pooler_consumer_nvfp4", layout)),
-      kernel_(checked_kernel(form,
-                             shape_name((std::string("pooler_consumer_nvfp4") + variant_suffix(variant_)).c_str(),
-                                        layout.pooled, layout.tp, layout.capacity),
+    : kernel_(checked_kernel(form, shape_name("pooler_consumer_nvfp4", layout.pooled, layout.tp, layout.capacity),
                              kNvfp4ConsumerEntry)),
       layout_(layout),
       rank_(rank),
@@ -249,10 +223,7 @@ void Nvfp4ConsumerLauncher::launch(CUstream stream, CUdeviceptr weight, CUdevice
 
 Bf16ConsumerLauncher::Bf16ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank,
                                            const MailboxBinding& mailbox, unsigned long long timeout_ns, RowSplit split)
-    : variant_(consumer_variant(form, "pooler_consumer_bf16", layout)),
-      kernel_(checked_kernel(form,
-                             shape_name((std::string("pooler_consumer_bf16") + variant_suffix(variant_)).c_str(),
-                                        layout.pooled, layout.tp, layout.capacity),
+    : kernel_(checked_kernel(form, shape_name("pooler_consumer_bf16", layout.pooled, layout.tp, layout.capacity),
                              kBf16ConsumerEntry)),
       layout_(layout),
       rank_(rank),

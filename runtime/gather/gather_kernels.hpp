@@ -29,17 +29,11 @@ inline constexpr const char* kStockQuantizeEntry = "pooler_stock_quantize";
 // Threads per CTA of the publish kernel (one per 8 columns of a shard row).
 inline constexpr int kPublishThreads = 128;
 
-// What follows a consumer's PDL wait (docs/design/protocol.md, "The one-round-trip consumer"):
-//   baseline        the stage, then the rows the previous call left (to clear), then the
-//                   poll, each waiting for the one before; every CTA ends with an acq_rel
-//                   atomic whose last arrival advances the stage
-//   one_round_trip  the state and the row in all three stages loaded at once, the stage
-//                   as the call's publisher handed it over; with one CTA per row each thread
-//                   clears what it read; CTA 0 advances the stage waiting for no other CTA.
-//                   The same outputs and state protocol; the two may follow each other on
-//                   one mailbox.
-enum class ConsumerVariant { baseline, one_round_trip };
-const char* to_string(ConsumerVariant variant);
+// What follows a consumer's PDL wait (docs/design/protocol.md, "The one-round-trip consumer"): the
+// state and the row in all three stages loaded at once, the stage as the call's publisher handed it
+// over; with one CTA per row each thread clears what it read; CTA 0 advances the stage waiting for
+// no other CTA. (The baseline consumer, which waited for each of those in turn, lost to it and is
+// gone: decision 0012.)
 // "after_wait", "before_wait", "polling" or "polling_early", as POOLER_CONSUMER_TRIGGER spells them.
 const char* to_string(ConsumerTrigger trigger);
 
@@ -47,9 +41,8 @@ const char* to_string(ConsumerTrigger trigger);
 // Each throws InvalidArgument naming the bad value and what was expected: P,
 // tp and capacity as the mailbox's rules (runtime/comm/mailbox.hpp), eps finite
 // and > 0, gain_center finite.
-// Form names carry the shape ("pooler_publish_p4096_tp4_cap32"; a one_round_trip
-// consumer's kind ends in "_1rt": "pooler_consumer_nvfp4_1rt_p4096_..."; a before_wait
-// consumer's name ends in "_tbw", a polling one's in "_poll" or "_poll_early"); launchers check it.
+// Form names carry the shape ("pooler_publish_p4096_tp4_cap32"; a before_wait consumer's name
+// ends in "_tbw", a polling one's in "_poll" or "_poll_early"); launchers check it.
 // A polling consumer (ConsumerTrigger::polling, polling_early) must be launched right after a
 // kernel that triggers after its own PDL wait.
 
@@ -57,10 +50,8 @@ Form publish_form(int pooled, int tp, int capacity);
 // `trace` (a diagnostic: pooler-kernel-bench --chain --trace): the consumer also records
 // when each CTA passes each step (runtime/gather/consumer_trace.hpp); its name ends in "_trace".
 Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center,
-                         ConsumerVariant variant = ConsumerVariant::baseline,
                          ConsumerTrigger trigger = ConsumerTrigger::after_wait, bool trace = false);
 Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center,
-                        ConsumerVariant variant = ConsumerVariant::baseline,
                         ConsumerTrigger trigger = ConsumerTrigger::after_wait, bool trace = false);
 Form stock_norm_form(int pooled, float eps, float gain_center);
 Form stock_quantize_form(int pooled);
@@ -94,20 +85,17 @@ class PublishLauncher {
 
 // Polls the local mailbox for b rows -> norm -> NVFP4: packed [b, P / 2] u8 and scales
 // [b, P / 16] E4M3. `layer` only goes into a TimeoutRecord. Grid b * row_ctas(b), P / 16
-// threads (`split`: consumer_row_ctas). The variant is the loaded form's (either consumer form
-// of the layout's shape).
+// threads (`split`: consumer_row_ctas).
 class Nvfp4ConsumerLauncher {
  public:
   Nvfp4ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank, const MailboxBinding& mailbox,
                         unsigned long long timeout_ns = kDefaultMailboxTimeoutNs, RowSplit split = RowSplit{});
   void launch(CUstream stream, CUdeviceptr weight, CUdeviceptr global_scale, CUdeviceptr packed, CUdeviceptr scales,
               int b, int layer, bool pdl) const;
-  ConsumerVariant variant() const { return variant_; }
   // The CTAs per row a launch for b rows uses.
   int row_ctas(int b) const { return consumer_row_ctas(split_, b); }
 
  private:
-  ConsumerVariant variant_;
   Kernel kernel_;
   MailboxLayout layout_;
   int rank_;
@@ -123,11 +111,9 @@ class Bf16ConsumerLauncher {
                        unsigned long long timeout_ns = kDefaultMailboxTimeoutNs, RowSplit split = RowSplit{});
   void launch(CUstream stream, CUdeviceptr weight, CUdeviceptr rows, CUdeviceptr normed, int b, int layer,
               bool pdl) const;
-  ConsumerVariant variant() const { return variant_; }
   int row_ctas(int b) const { return consumer_row_ctas(split_, b); }
 
  private:
-  ConsumerVariant variant_;
   Kernel kernel_;
   MailboxLayout layout_;
   int rank_;

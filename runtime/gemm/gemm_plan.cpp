@@ -338,45 +338,7 @@ GemmPlan GemmPlan::publishing(const GemmPublish& publish) const {
   validate_publish(rows_, n_, k_, shape_, publish);
   GemmPlan plan = *this;
   plan.publish_ = publish;
-  plan.consume_ = GemmConsume{};
   plan.shared_bytes_ = validated_shared_bytes(rows_, n_, k_, shape_, &publish);
-  return plan;
-}
-
-const char* to_string(GemmOutput output) {
-  switch (output) {
-    case GemmOutput::none:
-      return "none";
-    case GemmOutput::nvfp4:
-      return "nvfp4";
-    case GemmOutput::bf16:
-      return "bf16";
-  }
-  return "?";
-}
-
-GemmPlan GemmPlan::consuming(const GemmConsume& consume) const {
-  auto fail = [&](const std::string& what) { refuse(rows_, n_, k_, shape_, publish(), "one-launch form: " + what); };
-  if (publish() == nullptr) fail("needs the fused publish (a plan from publishing())");
-  if (consume.output != GemmOutput::nvfp4 && consume.output != GemmOutput::bf16) {
-    fail(fmt::format("output {} must be nvfp4 or bf16", to_string(consume.output)));
-  }
-  if (!std::isfinite(consume.eps) || consume.eps <= 0.0f) {
-    fail(fmt::format("eps {} must be finite and positive", consume.eps));
-  }
-  if (!std::isfinite(consume.gain_center)) fail(fmt::format("gain center {} must be finite", consume.gain_center));
-  const long long grid = static_cast<long long>(n_) / shape_.outputs_per_block * shape_.split_k;
-  if (grid < rows_) fail(fmt::format("the grid's {} CTAs are fewer than the {} rows (one CTA per row)", grid, rows_));
-  // The norm's partials reuse the staged x at the start of the shared memory
-  // (gemm_consume.cuh).
-  const int groups = n_ * publish_.tp / 16 / 32;
-  const long long x_bytes = static_cast<long long>(rows_) * derive(rows_, k_, shape_, true).x_pitch;
-  if (x_bytes < 4 * groups) {
-    fail(fmt::format("the staged x's {} bytes of shared memory hold fewer than the norm's {} partials", x_bytes,
-                     groups));
-  }
-  GemmPlan plan = *this;
-  plan.consume_ = consume;
   return plan;
 }
 
@@ -526,27 +488,17 @@ LaunchShape GemmPlan::launch_shape() const {
 Form GemmPlan::form(bool trace) const {
   const PoolerGemmShape& shape = shape_;
   const GemmPublish* publish = this->publish();
-  const GemmConsume* consume = this->consume();
-  if (consume && trace) refuse(rows_, n_, k_, shape_, publish, "the one-launch form has no trace form");
   const int bytes = shared_bytes_;
-  const std::string name =
-      fmt::format("pooler_gemm_b{}_n{}_k{}", rows_, n_, k_) +
-      (publish ? fmt::format("_pub_tp{}_cap{}", publish->tp, publish->capacity) : std::string()) +
-      (consume ? fmt::format("_{}_eps{}_gc{}", to_string(consume->output), consume->eps, consume->gain_center)
-               : std::string()) +
-      (trace ? "_trace" : "");
-  const char* entry = consume ? kPoolerGemmConsumeEntry : publish ? kPoolerGemmPublishEntry : kPoolerGemmEntry;
-  // Forms without publish set TP and CAPACITY to 0 too, and forms without
-  // consume CONSUME, POOLED, EPS and GAIN_CENTER: the template names them in
+  const std::string name = fmt::format("pooler_gemm_b{}_n{}_k{}", rows_, n_, k_) +
+                           (publish ? fmt::format("_pub_tp{}_cap{}", publish->tp, publish->capacity) : std::string()) +
+                           (trace ? "_trace" : "");
+  const char* entry = publish ? kPoolerGemmPublishEntry : kPoolerGemmEntry;
+  // Forms without publish set TP and CAPACITY to 0 too: the template names them in
   // code that only those forms compile, and C++ wants them declared.
   return Form(name, "pooler_gemm.cu", {entry})
       .set("PUBLISH", publish ? 1 : 0)
       .set("TP", publish ? publish->tp : 0)
       .set("CAPACITY", publish ? publish->capacity : 0)
-      .set("CONSUME", consume ? static_cast<int>(consume->output) : 0)
-      .set("POOLED", consume ? n_ * publish->tp : 0)
-      .set("EPS", consume ? consume->eps : 0.0f)
-      .set("GAIN_CENTER", consume ? consume->gain_center : 0.0f)
       .set("ROWS", rows_)
       .set("N", n_)
       .set("K", k_)

@@ -17,23 +17,6 @@ struct GemmPublish {
   int capacity = 0;  // rows per slot, >= rows
 };
 
-// The one-launch form (kernel_templates/gemm/gemm_consume.cuh): after publishing, the
-// GEMM's CTAs also gather, norm and quantize this call's rows, as the one-round-trip
-// consumer does (CTA i < rows consumes row i). Needs the fused publish; the norm's
-// constants are compiled in.
-enum class GemmOutput {
-  none = 0,   // publish only (the template's CONSUME is this value)
-  nvfp4 = 1,  // packed [rows, P / 2] u8 and scales [rows, P / 16] E4M3
-  bf16 = 2,   // the gathered rows [rows, P] and their norm [rows, P], BF16 (edge layers)
-};
-const char* to_string(GemmOutput output);
-
-struct GemmConsume {
-  GemmOutput output = GemmOutput::none;
-  float eps = 1e-5f;
-  float gain_center = 1.0f;
-};
-
 // One GEMM (rows, N, K, with or without the fused publish) and its shape,
 // validated once at construction: the form, the launch shape and PoolerGemm
 // built from a plan check nothing again.
@@ -48,19 +31,12 @@ class GemmPlan {
   // mailbox and the shared memory). InvalidArgument as the constructor.
   GemmPlan publishing(const GemmPublish& publish) const;
 
-  // The same publishing GEMM in its one-launch form: checks what consuming adds (a
-  // publishing plan, an output, finite eps > 0 and gain center, a grid of at least
-  // rows CTAs). InvalidArgument naming the value otherwise.
-  GemmPlan consuming(const GemmConsume& consume) const;
-
   int rows() const { return rows_; }
   int n() const { return n_; }
   int k() const { return k_; }
   const PoolerGemmShape& shape() const { return shape_; }
   // Null without the fused publish.
   const GemmPublish* publish() const { return publish_.tp != 0 ? &publish_ : nullptr; }
-  // Null unless the one-launch form.
-  const GemmConsume* consume() const { return consume_.output != GemmOutput::none ? &consume_ : nullptr; }
   // As pooler_gemm_shared_bytes.
   int shared_bytes() const { return shared_bytes_; }
   // As pooler_gemm_launch_shape.
@@ -72,9 +48,7 @@ class GemmPlan {
   // The template's !kAllOfWInPrologue: the GEMM lets the next launch start only after its own
   // PDL wait (after its main loop), which a polling consumer after it needs (ConsumerTrigger).
   bool triggers_after_its_wait() const { return !prologue_holds_all_of_w(); }
-  // As pooler_gemm_form; a consuming plan's form has the entry point
-  // "pooler_gemm_consume" and the name suffix "_nvfp4_eps{eps}_gc{gain}" (or
-  // "_bf16_..."), and no trace form (InvalidArgument).
+  // As pooler_gemm_form.
   Form form(bool trace = false) const;
 
  private:
@@ -83,7 +57,6 @@ class GemmPlan {
   int rows_ = 0, n_ = 0, k_ = 0;
   PoolerGemmShape shape_;
   GemmPublish publish_;
-  GemmConsume consume_;
   int shared_bytes_ = 0;
 };
 

@@ -115,26 +115,6 @@ inline constexpr int kGemmTraceLaunches = 16;
 
 inline constexpr const char* kPoolerGemmEntry = "pooler_gemm";
 inline constexpr const char* kPoolerGemmPublishEntry = "pooler_gemm_publish";
-inline constexpr const char* kPoolerGemmConsumeEntry = "pooler_gemm_consume";
-
-// What the one-launch form reads besides the GEMM's and the mailbox's arguments, and
-// where it writes: the layer's norm weight (BF16 [P], 16-byte aligned) and, for NVFP4,
-// its global scale (one f32); packed [rows, P / 2] and scales [rows, P / 16] (NVFP4) or
-// rows and normed, BF16 [rows, P] (BF16), the other two unused.
-struct GemmConsumeOutputs {
-  CUdeviceptr norm_weight = 0;
-  CUdeviceptr global_scale = 0;
-  CUdeviceptr packed = 0, scales = 0;
-  CUdeviceptr rows = 0, normed = 0;
-};
-
-// Raised by PoolerGemm's constructor for a one-launch form whose grid the device
-// cannot hold at once (its CTAs spin on each other): the caller may take the
-// two-kernel path instead. Every other refusal stays a plain InvalidArgument.
-class NotCoResident : public InvalidArgument {
- public:
-  using InvalidArgument::InvalidArgument;
-};
 
 // One form loaded for one context. launch() and launch_publish() allocate
 // nothing and synchronise nothing, so they may be captured in a CUDA graph.
@@ -165,18 +145,6 @@ class PoolerGemm {
   void launch_publish(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, const MailboxPeers& peers,
                       CUdeviceptr state, int rank, bool pdl) const;
 
-  // The one-launch form (only for a plan from GemmPlan::consuming; InvalidArgument
-  // otherwise): launch_publish's work, then what the one-round-trip consumer of this
-  // output (Nvfp4ConsumerLauncher / Bf16ConsumerLauncher with the same mailbox binding,
-  // rank, layer and timeout) would do for these rows, in one kernel. The same state
-  // protocol, so it may follow or precede those consumers call by call. Construction
-  // refuses the form (InvalidArgument) where the device cannot hold its whole grid at
-  // once: its CTAs wait for each other. After a timeout (record filled) the outputs
-  // are undefined, as the consumers'.
-  void launch_consume(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr c, const MailboxPeers& peers,
-                      const MailboxBinding& mailbox, int rank, const GemmConsumeOutputs& out, int layer,
-                      unsigned long long timeout_ns, bool pdl) const;
-
   int rows() const { return rows_; }
   int n() const { return n_; }
   int k() const { return k_; }
@@ -186,24 +154,16 @@ class PoolerGemm {
   bool publishes() const { return publish_.tp != 0; }
   // {0, 0} for a form without publish.
   const GemmPublish& publish() const { return publish_; }
-  bool consumes() const { return consume_.output != GemmOutput::none; }
-  // {none} for a form that does not consume.
-  const GemmConsume& consume() const { return consume_; }
   // Where a trace form records (InvalidArgument for any other form). The
   // caller zeroes `launches` before the launches it wants recorded.
   GemmTrace trace() const;
 
  private:
-  // CTAs of this form the device holds at once (its occupancy, by clusters).
-  int resident_ctas(CUcontext context) const;
-  void check_co_resident(CUcontext context) const;
-
   int rows_, n_, k_;
   PoolerGemmShape shape_;
   GemmPublish publish_;
   LaunchShape launch_;
   bool trace_;
-  GemmConsume consume_;
   LoadedForm loaded_;
   Kernel kernel_;
 };
