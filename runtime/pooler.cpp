@@ -249,6 +249,15 @@ ExpertInput Pooler::run(int layer, const TensorView& x, const ExpertInput& out, 
   return s.gather_to(layer, b, out, stream, true);
 }
 
+void Pooler::prefetch_weights(int layer, CUstream stream) {
+  Impl& s = *impl_;
+  s.check_usable();
+  const PoolerLayer& spec = s.layer_at(layer, "prefetch_weights");
+  ensure_current(s.context->get());
+  const std::size_t bytes = static_cast<std::size_t>(s.layout.width()) * static_cast<std::size_t>(s.options.hidden) * 2;
+  s.prefetcher->launch(stream, spec.weight.data, bytes, s.options.enable_pdl);
+}
+
 TensorView Pooler::projection() const {
   return TensorView::matrix(impl_->shard.get(), DType::bf16, impl_->options.capacity, impl_->layout.width());
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "runtime/gemm/pooler_gemm.hpp"
+#include "runtime/gemm/weight_prefetch.hpp"
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/gather/gathered_consumer.hpp"
 #include "runtime/jit/env.hpp"
@@ -113,6 +114,8 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
     out.stock_quantize = out.forms.size();
     out.forms.push_back(stock_quantize_form(config.pooled));
   }
+  out.weight_prefetch = out.forms.size();
+  out.forms.push_back(weight_prefetch_form());
   return out;
 }
 

@@ -49,7 +49,8 @@ struct PoolerConfig {
 // consumers (each in the order given, duplicates dropped), then for each other trigger of
 // kAllConsumerTriggers that some batch's consumers take (consumer_trigger), both again with that
 // trigger; when `gathered`: the gathered NVFP4 consumers, the
-// gathered BF16 consumers (same order); then, when `stock`, a stock norm per distinct norm and the stock quantize.
+// gathered BF16 consumers (same order); then, when `stock`, a stock norm per distinct norm and the stock quantize;
+// last the weight prefetch (Pooler::prefetch_weights).
 // Index fields of a part that is not there point past the forms before it (an empty range).
 struct PoolerForms {
   std::vector<Form> forms;
@@ -79,6 +80,7 @@ struct PoolerForms {
     return (edge ? first_edge : first_nvfp4)[t] + norm;
   }
   std::size_t first_gathered_nvfp4 = 0, first_gathered_edge = 0;  // when gathered: one per distinct norm each
+  std::size_t weight_prefetch = 0;                                // the weight prefetch's form
 };
 
 PoolerForms pooler_forms(const PoolerConfig& config);

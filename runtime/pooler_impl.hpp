@@ -18,6 +18,7 @@
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/gather/gathered_consumer.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
+#include "runtime/gemm/weight_prefetch.hpp"
 #include "runtime/jit/device.hpp"
 #include "runtime/jit/kernel.hpp"
 #include "runtime/jit/kernel_cache.hpp"
@@ -52,6 +53,7 @@ struct Pooler::Impl {
   std::vector<std::unique_ptr<LoadedForm>> loaded;
   std::vector<std::unique_ptr<PoolerGemm>> gemm_by_rows;   // index b; null where b is not compiled
   std::vector<std::unique_ptr<PoolerGemm>> fused_by_rows;  // the publishing GEMMs, when options.fuse_publish
+  std::optional<WeightPrefetchLauncher> prefetcher;        // prefetch_weights()
   MailboxPeers peers{};
   std::optional<PublishLauncher> publisher;
   // The mailbox consumers by (trigger, norm), and per trigger (index: ConsumerTrigger) and layer.

@@ -181,6 +181,8 @@ void Pooler::Impl::load() {
     gemm_by_rows[static_cast<std::size_t>(plan.batches[i])] =
         std::make_unique<PoolerGemm>(*lookups[i].entry, context->get(), plan.gemm_plans[i]);
   }
+  loaded.push_back(std::make_unique<LoadedForm>(*lookups[plan.weight_prefetch].entry, context->get()));
+  prefetcher.emplace(*loaded.back(), device_info(ordinal).multiprocessors);
   if (transport == Transport::nccl) {
     load_gathered();
   } else {

@@ -36,7 +36,8 @@
 //   ManyCallsMatchStock       10,000 calls in model order, b random per call
 //   DelayedRankStaysExact     2,000 calls; before half of them one rank spins 0-200 us
 //   GraphOfAllLayersReplays   warm_up, then all 62 layers captured in one CUDA graph
-//                             per rank and replayed 1,000 times, checked after
+//                             per rank (each run after a prefetch_weights of the layer
+//                             two ahead) and replayed 1,000 times, checked after
 //                             replays 1, 2, 10, 100, 500 and 1000; then eager calls
 //   StoppedRankRaisesPeerTimeout (processes only) rank 1 stops calling; rank 0's
 //                             next call raises PeerTimeout (200 ms timeout) with
@@ -527,6 +528,8 @@ class Harness {
         CallPlan plan = plans[l];
         plan.poison = kGraphPoison;
         poison_scratch(plan);
+        // A prefetch of another layer's weights (two ahead: out of order) changes no output.
+        pooler_->prefetch_weights((plan.layer + 2) % spec_.layers, stream);
         const ExpertInput out = pooler_->run(plan.layer, x_of(plan), stream);
         if (outputs_ok(out, plan, base + static_cast<std::uint32_t>(l))) copy_outputs(out, plan, outputs[l].get());
         compare(plan, outputs[l].get(), expected[l].get(), expected[l].get() + scales_offset(), rows[l].get(),
@@ -892,9 +895,9 @@ void every_form(const RankEnv& env) {
     const std::vector<std::string> forms = harness.pooler().forms();
     // GEMMs (and their publishing twins), the publish, NVFP4 consumers for eps
     // 1e-5 and 0.25, one BF16 consumer (each also polling or triggering before its wait:
-    // consumer_forms_each).
+    // consumer_forms_each), the weight prefetch.
     const std::size_t expected_forms =
-        spec.batches.size() * (fuse ? 2 : 1) + 1 + (2 + 1) * consumer_forms_each(spec.batches);
+        spec.batches.size() * (fuse ? 2 : 1) + 1 + (2 + 1) * consumer_forms_each(spec.batches) + 1;
     every_layer_at_every_batch(env, harness, spec, forms, expected_forms, env.seed ^ (pdl ? 0x1111ull : 0x2222ull),
                                what, pdl);
   }
@@ -1269,8 +1272,9 @@ void nccl_transport(const RankEnv& env) {
     if (harness.pooler().transport() != Transport::nccl) {
       env.problem(fmt::format("{}: the Pooler took transport {}", what, to_string(harness.pooler().transport())));
     }
-    // GEMMs, the gathered NVFP4 consumers for eps 1e-5 and 0.25, one gathered BF16 consumer.
-    const std::size_t expected_forms = spec.batches.size() + 2 + 1;
+    // GEMMs, the gathered NVFP4 consumers for eps 1e-5 and 0.25, one gathered BF16 consumer, the
+    // weight prefetch.
+    const std::size_t expected_forms = spec.batches.size() + 2 + 1 + 1;
     const std::vector<std::string> forms = harness.pooler().forms();
     every_layer_at_every_batch(env, harness, spec, forms, expected_forms, env.seed ^ (pdl ? 0xAAAAull : 0xBBBBull),
                                what, pdl);

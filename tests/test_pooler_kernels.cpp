@@ -15,6 +15,7 @@
 #include "runtime/jit/kernel_cache.hpp"
 #include "runtime/comm/mailbox.hpp"
 #include "runtime/gather/gather_kernels.hpp"
+#include "runtime/gemm/weight_prefetch.hpp"
 #include "runtime/gather/gathered_consumer.hpp"
 #include "support/forms.hpp"
 #include "support/process.hpp"
@@ -46,11 +47,15 @@ std::vector<Form> every_form() {
     }
     for (bool nvfp4 : {true, false}) forms.push_back(gathered_consumer_form(kPooled, tp, kEps, kGainCenter, nvfp4));
   }
+  for (bool evict_last : {true, false}) forms.push_back(weight_prefetch_form(evict_last));
   return forms;
 }
 
 // The threads per CTA each entry point is declared for (__launch_bounds__).
-int declared_threads(const std::string& entry) { return entry == kPublishEntry ? kPublishThreads : kPooled / 16; }
+int declared_threads(const std::string& entry) {
+  if (entry == kPrefetchWeightsEntry) return 32;
+  return entry == kPublishEntry ? kPublishThreads : kPooled / 16;
+}
 
 class PoolerForms : public ::testing::TestWithParam<const char*> {};
 

@@ -136,6 +136,13 @@ class POOLER_API Pooler {
   void publish(int b, CUstream stream);                                 // the first b rows of that block, to every rank
   ExpertInput gather(int layer, int b, CUstream stream);                // consume the published blocks
 
+  // Brings this rank's weight slice of `layer` (P / tp x H BF16) into L2 with the evict_last policy,
+  // so that the layer's GEMM reads it from L2: a fire-and-forget kernel (one CTA per SM) for an
+  // engine to launch earlier in the layer, e.g. after o_proj on a forked stream joined before run().
+  // Changes no output; allocates, synchronises and compiles nothing (graph-capturable); any layer,
+  // in any order. InvalidArgument for a layer out of range.
+  void prefetch_weights(int layer, CUstream stream);
+
   // The same calls writing into the caller's memory, for frameworks that own
   // their outputs (torch.compile): `block` BF16 [b, P / tp]; `out.packed` U8
   // [b, P / 2] and `out.scales` E4M3 [b, P / 16] for an NVFP4 layer, or

@@ -251,6 +251,26 @@ POOLER_DEVICE void mbarrier_wait_phase_0(u32 barrier) {
   }
 }
 
+// ---- L2 prefetch -----------------------------------------------------------------------------
+
+// An L2 policy that keeps lines past other traffic (evict_last) or treats them as any other line.
+POOLER_DEVICE unsigned long long l2_policy(bool evict_last) {
+  unsigned long long policy;
+  if (evict_last) {
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+  } else {
+    asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(policy));
+  }
+  return policy;
+}
+
+// The bulk-copy engine brings [address, address + bytes) into L2 and nothing further: no register,
+// no shared memory, no completion to wait for. address and bytes: multiples of 16.
+POOLER_DEVICE void prefetch_l2_bulk(const void* address, u32 bytes, unsigned long long policy) {
+  asm volatile("cp.async.bulk.prefetch.L2.global.L2::cache_hint [%0], %1, %2;" ::"l"(address), "r"(bytes), "l"(policy)
+               : "memory");
+}
+
 // ---- tensor cores ---------------------------------------------------------------------------
 
 // d += a * b: a 16 x 16 (row-major fragment), b 16 x 8 (column-major), BF16 in, FP32 accumulate.
