@@ -41,7 +41,8 @@ options:
                         start), end (after its last store) (default early,end)
   --layers L            layers per graph, at least 2; the first and last are BF16 edge layers (default 62)
   --replays R           timed replays of each graph; medians are reported (default 10)
-  --hidden H            the residual width, the pooler's K, a multiple of 8192 (default 8192)
+  --hidden H            the residual width, the pooler's K, a multiple of 8192 (default 8192; the row
+                        kernels' registers are sized for 8192)
   --pooled P            the pooler's output width (default 4096)
   --qkv N               qkv columns over all ranks (default 10240)
   --attention-width W   attention output columns over all ranks, o_proj's K (default 8192)
