@@ -108,8 +108,8 @@ std::vector<std::vector<int>> engine_expert_choice(const EngineOptions& o, int b
 // these options compiles, and the stock norm and quantize).
 PoolerConfig engine_pooler_config(const EngineOptions& o, int tp, const std::vector<int>& batches);
 
-// Every form the section compiles (the surrogates, the read ceiling, the Pooler's forms of each
-// (tp, b), the plain GEMMs of qkv and o_proj, the stock norm and quantize).
+// Every form the section compiles (the read ceiling, the surrogates, the fill, the Pooler's forms of
+// each (tp, b), the plain GEMMs of qkv and o_proj, the stock norm and quantize), each once.
 std::vector<Form> engine_forms(const EngineOptions& o);
 
 }  // namespace pooler::bench

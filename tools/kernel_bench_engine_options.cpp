@@ -14,6 +14,7 @@
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/pooler_forms.hpp"
+#include "tools/bench_forms.hpp"
 #include "tools/kernel_bench.hpp"
 #include "tools/kernel_bench_engine.hpp"
 
@@ -248,6 +249,7 @@ PoolerConfig engine_pooler_config(const EngineOptions& o, int tp, const std::vec
 std::vector<Form> engine_forms(const EngineOptions& o) {
   std::vector<Form> forms = kernel_bench::read_ceiling_forms();
   forms.push_back(engine_surrogate_form(o.hidden, o.pooled, o.experts));
+  forms.push_back(fill_form());
   for (int tp : o.tps) {
     const EngineShape s = engine_shape(o, tp);
     for (Form& form : pooler_forms(engine_pooler_config(o, tp, o.batches)).forms) forms.push_back(std::move(form));
