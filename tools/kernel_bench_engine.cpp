@@ -411,13 +411,25 @@ class EngineRig {
         for (int layer = 0; layer < o_.layers; ++layer) enqueue_layer(X::fused, layer, b, early);
       });
       graph.launch(s);
+      POOLER_CU(cuStreamSynchronize(s), "the engine's checked replay");
     }
     POOLER_CU(cuMemcpyDtoDAsync(precomputed_.get(), out_.get(), out_.bytes(), s), "saving the fused outputs");
-    POOLER_CU(cuStreamSynchronize(s), "the engine's checked replay");
+    POOLER_CU(cuStreamSynchronize(s), "saving the fused outputs");
     std::string problems;
     auto add = [&](const std::string& what) { problems += (problems.empty() ? "" : "; ") + what; };
     if (at_->mailbox->state().timed_out()) add("a consumer timed out: " + at_->mailbox->state().describe_timeout());
     for (int layer : {0, 1}) {
+      // The surrogates' x must be data worth comparing: finite, and not all zero.
+      std::vector<std::uint16_t> xs(sz(b) * sz(o_.hidden));
+      x_.download(xs.data(), xs.size() * 2, sz(layer) * sz(kCapacity) * sz(o_.hidden) * 2);
+      std::size_t bad = 0, zero = 0;
+      for (std::uint16_t v : xs) {
+        bad += (v & 0x7F80u) == 0x7F80u ? 1 : 0;
+        zero += (v & 0x7FFFu) == 0 ? 1 : 0;
+      }
+      if (bad != 0 || zero == xs.size()) {
+        add(fmt::format("x of layer {}: {} of {} values not finite, {} zero", layer, bad, xs.size(), zero));
+      }
       POOLER_CU(cuMemsetD8Async(ref_out_.get(), 0x5A, ref_out_.bytes(), s), "poisoning the stock outputs");
       stock_x(layer, b, false, ref_out_.get());
       POOLER_CU(cuStreamSynchronize(s), "the engine's stock reference");
