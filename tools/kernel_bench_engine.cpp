@@ -501,6 +501,8 @@ int engine_main(int argc, char** argv) {
     std::vector<EngineRow> rows;
     for (int tp : o.tps) {
       EngineRig rig(gpu, tp);
+      std::printf("  tp %d: the surrounding weights and KV rotate through %d copies\n", tp, rig.rotation());
+      std::fflush(stdout);
       for (int b : o.batches) {
         for (const EngineRow& row : rig.measure(b)) {
           rows.push_back(row);

@@ -50,7 +50,7 @@ struct EngineOptions {
   std::vector<int> batches = {1, 2, 8, 16};
   std::vector<std::string> triggers = {"early", "end"};  // the x-producing kernel's trigger point
   int layers = 62;                                       // the first and the last are BF16 edge layers
-  int replays = 10;
+  int replays = 20;
   int hidden = 8192;               // H: the residual rows, the pooler's K
   int pooled = 4096;               // P: the pooler's output width
   int qkv = 10240;                 // the qkv projection's columns over all ranks (64 q + 2 x 8 KV heads of 128)

@@ -41,7 +41,7 @@ options:
   --triggers LIST       when the x-producing kernel lets its dependents start: early (at its
                         start), end (after its last store) (default early,end)
   --layers L            layers per graph, at least 2; the first and last are BF16 edge layers (default 62)
-  --replays R           timed replays of each graph; medians are reported (default 10)
+  --replays R           timed replays of each graph; medians are reported (default 20)
   --hidden H            the residual width, the pooler's K, a multiple of 8192 (default 8192; the row
                         kernels' registers are sized for 8192)
   --pooled P            the pooler's output width (default 4096)
