@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "runtime/jit/kernel_cache.hpp"
 #include "support/process.hpp"
 #include "tools/kernel_bench_engine.hpp"
+#include "tools/kernel_bench_engine_report.hpp"
 
 namespace pooler {
 namespace {
@@ -147,6 +150,49 @@ TEST(EngineBench, OptionsAndTheSizesTheyGive) {
   }
   EXPECT_NEAR(distinct / 62, 102.0, 6.0);
   EXPECT_NE(one[0], one[1]) << "each layer chooses anew";
+}
+
+// The figures derived from a row, and the JSON: a row without the stock X writes null there.
+TEST(EngineBench, RowsDeriveTheirFiguresAndWriteJson) {
+  bench::EngineRow fused_only;
+  fused_only.tp = 8;
+  fused_only.b = 16;
+  fused_only.n = 512;
+  fused_only.trigger = "early";
+  fused_only.forms = "block \"256\"";  // escaped in the JSON
+  fused_only.fused = 40.0;
+  fused_only.null = 37.5;
+  fused_only.none = 36.0;
+  fused_only.fused_alone = 3.0;
+  fused_only.check = "ok";
+  EXPECT_DOUBLE_EQ(fused_only.marginal_fused(), 2.5);
+  EXPECT_DOUBLE_EQ(fused_only.others_with_fused(), 37.0);
+  EXPECT_DOUBLE_EQ(fused_only.collateral_fused(), 1.0);
+  bench::EngineRow both = fused_only;
+  both.trigger = "end";
+  both.stock = 50.0;
+  both.stock_alone = 12.0;
+  EXPECT_DOUBLE_EQ(both.marginal_stock(), 12.5);
+  EXPECT_DOUBLE_EQ(both.collateral_stock(), 2.0);
+
+  ScratchDir dir;
+  DeviceInfo info;
+  info.name = "H200";
+  bench::write_engine_json(dir / "engine.json", bench::EngineOptions{}, info, 4280.0, {fused_only, both});
+  std::ifstream file(dir / "engine.json");
+  const std::string json((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"device\": \"H200\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"surrogates\": [\"attention\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"stock_us\": null, \"null_us\": 37.500"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"marginal_ratio\": 0.200"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"forms\": \"block \\\"256\\\"\""), std::string::npos) << json;
+  long depth = 0, least = 0;
+  for (char c : json) {
+    depth += c == '{' || c == '[' ? 1 : c == '}' || c == ']' ? -1 : 0;
+    least = std::min(least, depth);
+  }
+  EXPECT_EQ(depth, 0) << json;
+  EXPECT_EQ(least, 0) << json;
 }
 
 TEST(EngineBenchKernels, SurrogatesCompileForBothArchitecturesWithoutLocalMemory) {
