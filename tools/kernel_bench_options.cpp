@@ -46,6 +46,8 @@ options:
   --json FILE       also write the results as JSON
   --chain           instead of all the above: the per-layer chain of Pooler::run in loopback at the
                     widths of tp 1, 2, 4, 8 (pooler-kernel-bench --chain --help lists its options)
+  --engine          instead of all the above: the pooler inside surrogate decode layers in loopback at the
+                    widths of tp 1, 2, 4, 8 (pooler-kernel-bench --engine --help lists its options)
   -h, --help        this text
 
 The GEMM table has a row per weight path of each (b, N): stream (registers or a ring), and where the

@@ -42,6 +42,7 @@
 #include "tools/harness/templates.hpp"
 #include "tools/kernel_bench.hpp"
 #include "tools/kernel_bench_chain.hpp"
+#include "tools/kernel_bench_engine.hpp"
 
 namespace pooler::kernel_bench {
 
@@ -126,6 +127,7 @@ int main(int argc, char** argv) {
   try {
     register_templates(harness::tool_templates());
     if (bench::wants_chain(argc, argv)) return bench::chain_main(argc, argv);
+    if (bench::wants_engine(argc, argv)) return bench::engine_main(argc, argv);
     return kernel_bench::run(kernel_bench::parse_options(argc, argv));
   } catch (const InvalidArgument& e) {
     std::fprintf(stderr, "pooler-kernel-bench: %s\n", e.what());
