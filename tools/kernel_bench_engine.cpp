@@ -57,6 +57,7 @@
 #include "tools/harness/cublas_gemm.hpp"
 #include "tools/harness/graph.hpp"
 #include "tools/harness/host_data.hpp"
+#include "runtime/gemm/weight_prefetch.hpp"
 #include "tools/harness/loopback_mailbox.hpp"
 #include "tools/kernel_bench.hpp"
 #include "tools/kernel_bench_engine.hpp"
@@ -130,7 +131,8 @@ struct PoolerAtBatch {
   std::optional<PoolerGemm> plain, fused, qkv, o_proj;
   std::vector<std::unique_ptr<LoadedForm>> loaded;
   std::optional<harness::LoopbackMailbox> mailbox;
-  MailboxPeers slots{};  // peer p's base: slot p of the mailbox as rank 0 addresses it
+  std::optional<WeightPrefetchLauncher> prefetch;  // Pooler::prefetch_weights' kernel
+  MailboxPeers slots{};                            // peer p's base: slot p of the mailbox as rank 0 addresses it
   ConsumerTrigger trigger = ConsumerTrigger::after_wait;
 };
 
@@ -231,12 +233,16 @@ class EngineRig {
       EngineRow row = base;
       row.trigger = trigger;
       const bool early = trigger == "early";
-      auto time = [&](X x) {
+      auto time = [&](X x, bool prefetch = false) {
         return kernel_bench::time_graph(stream, layers, o_.replays,
-                                        [&](int layer) { enqueue_layer(x, layer, b, early); });
+                                        [&](int layer) { enqueue_layer(x, layer, b, early, prefetch); });
       };
       row.fused = time(X::fused);
       if (o_.stock) row.stock = time(X::stock);
+      if (o_.prefetch) {
+        row.fused_prefetch = time(X::fused, true);
+        if (o_.stock) row.stock_prefetch = time(X::stock, true);
+      }
       row.null = time(X::null);
       row.none = time(X::none);
       rows.push_back(row);
@@ -308,6 +314,7 @@ class EngineRig {
     gemm(p.qkv, choose_gemm_plan(s_.qkv_n, o_.hidden, b));
     gemm(p.o_proj, choose_gemm_plan(o_.hidden, s_.att_k, b));
     p.trigger = plan.consumer_triggers[0];
+    p.prefetch.emplace(loaded(plan.weight_prefetch), gpu_.info.multiprocessors);
     const LoadedForm& publish = loaded(plan.publish);
     const LoadedForm& nvfp4 = loaded(plan.consumer_form(false, p.trigger, 0));
     const LoadedForm& bf16 = loaded(plan.consumer_form(true, p.trigger, 0));
@@ -377,7 +384,9 @@ class EngineRig {
     }
   }
 
-  void enqueue_layer(X which, int layer, int b, bool early) const {
+  // prefetch: Pooler::prefetch_weights of this layer's pooler weights right after o_proj, on the
+  // same stream (it lets the next kernel start at once), as an engine would launch it.
+  void enqueue_layer(X which, int layer, int b, bool early, bool prefetch = false) const {
     const PoolerAtBatch& p = *at_;
     const CUstream s = gpu_.stream.get();
     const unsigned rows = static_cast<unsigned>(b);
@@ -389,6 +398,7 @@ class EngineRig {
            kEngineThreads, qkv_.get(), s_.qkv_n, att_.get(), s_.att_k, kv_.get() + r * sz(rows_) * sequence, sequence,
            read, sink_.get());
     p.o_proj->launch(s, att_.get(), w_o_.get() + r * s_.o_weight(o_.hidden), part_.get(), true);
+    if (prefetch) p.prefetch->launch(s, w_pool(layer), s_.pool_weight(o_.hidden), true);
     launch(gpu_.allreduce, rows, 1, kEngineRowThreads, part_.get(), peer_partials_.get(), tp_ - 1,
            static_cast<unsigned long long>(sz(kCapacity) * sz(o_.hidden)), h(layer - 1), h(layer), gamma_pre_.get(),
            x(layer), early ? 1 : 0);

@@ -58,6 +58,7 @@ options:
   --cold-mb M           least megabytes read between two reads of one buffer (default 256, raised to 4x L2)
   --seed S              the experts' choice and the data (default 29)
   --no-stock            skip the stock X
+  --no-prefetch         skip the fused and stock X with Pooler::prefetch_weights launched after o_proj
   --arch ARCH           architecture to compile for without a GPU (default sm_90)
   --json FILE           also write the rows as JSON
   -h, --help            this text
@@ -171,6 +172,8 @@ EngineOptions parse_engine_options(int argc, char** argv) {
       o.seed = static_cast<unsigned long long>(one(0, 1 << 30));
     } else if (a == "--no-stock") {
       o.stock = false;
+    } else if (a == "--no-prefetch") {
+      o.prefetch = false;
     } else if (a == "--arch") {
       o.arch = value();
     } else if (a == "--json") {

@@ -41,19 +41,20 @@ void print_engine_header(const EngineOptions& o) {
       o.top_k, o.expert_intermediate, o.replays);
   std::printf("%3s %3s %5s %-5s | %8s %8s %8s %8s | %7s %7s %6s %6s | %7s %7s | %7s %7s %7s %7s | %8s %6s %3s   %s\n",
               "tp", "b", "N", "trig", "fused", "stock", "null", "none", "m_fused", "m_stock", "ratio", "m_flr",
-              "alone_f", "alone_s", "oth+f", "oth+s", "coll_f", "coll_s", "flr_lyr", "exprts", "rot",
+              "m_f+pf", "m_s+pf", "oth+f", "oth+s", "coll_f", "coll_s", "flr_lyr", "exprts", "rot",
               "check [fused X's forms]");
 }
 
 void print_engine_row(const EngineRow& r) {
   const bool stock = r.stock >= 0;
   std::printf(
-      "%3d %3d %5d %-5s | %8.2f %8s %8.2f %8.2f | %7.2f %7s %6s %6.2f | %7.2f %7s | %7.2f %7s %7.2f %7s | %8.2f %6.1f "
+      "%3d %3d %5d %-5s | %8.2f %8s %8.2f %8.2f | %7.2f %7s %6s %6.2f | %7s %7s | %7.2f %7s %7.2f %7s | %8.2f %6.1f "
       "%3d   %s  [%s]\n",
       r.tp, r.b, r.n, r.trigger.c_str(), r.fused, us(r.stock).c_str(), r.null, r.none, r.marginal_fused(),
       us_if(stock, r.marginal_stock()).c_str(),
       stock && r.marginal_stock() > 0 ? fmt::format("{:.2f}", r.marginal_fused() / r.marginal_stock()).c_str() : "-",
-      r.pooler_floor, r.fused_alone, us(r.stock_alone).c_str(), r.others_with_fused(),
+      r.pooler_floor, us_if(r.fused_prefetch >= 0, r.marginal_fused_prefetch()).c_str(),
+      us_if(r.stock_prefetch >= 0, r.marginal_stock_prefetch()).c_str(), r.others_with_fused(),
       us_if(stock, r.others_with_stock()).c_str(), r.collateral_fused(), us_if(stock, r.collateral_stock()).c_str(),
       r.others_floor + r.pooler_floor, r.experts, r.rotation, r.check.c_str(), r.forms.c_str());
   std::fflush(stdout);
@@ -65,7 +66,9 @@ void print_engine_notes(const EngineOptions& o, double seconds) {
       "  consumer, the rule's forms, loopback mailbox), the stock path (cuBLAS, %s, stock norm\n"
       "  + quantize), NULL (one kernel of the fused GEMM's grid that reads x and copies the fused outputs saved\n"
       "  before) or nothing. m_fused = fused - null, m_stock = stock - null: the marginal latency of X;\n"
-      "  ratio = m_fused / m_stock; m_flr: the pooler's weight bytes (N x H x 2) at the read ceiling.\n"
+      "  ratio = m_fused / m_stock; m_flr: the pooler's weight bytes (N x H x 2) at the read ceiling;\n"
+      "  m_f+pf, m_s+pf: the same with Pooler::prefetch_weights of the layer launched right after o_proj\n"
+      "  (evict_last L2 prefetch of X's weight slice; its kernel counted in X's cost).\n"
       "  alone_f / alone_s: X alone, %d calls chained (PDL) on the same x and weights. Collateral cost, by graph\n"
       "  variants: oth+f = fused - alone_f (the surrounding kernels' time with the fused X there), oth+s likewise;\n"
       "  the time without X is `none`; coll_f = oth+f - none, coll_s = oth+s - none (positive: X slows the others\n"
@@ -103,14 +106,19 @@ void write_engine_json(const std::string& path, const EngineOptions& o, const De
     out << fmt::format(
         "  {{\"tp\": {}, \"b\": {}, \"n\": {}, \"trigger\": \"{}\", \"forms\": \"{}\", \"fused_us\": {:.3f}, "
         "\"stock_us\": {}, \"null_us\": {:.3f}, \"none_us\": {:.3f}, \"marginal_fused_us\": {:.3f}, "
-        "\"marginal_stock_us\": {}, \"marginal_ratio\": {}, \"pooler_floor_us\": {:.3f}, \"fused_alone_us\": {:.3f}, "
+        "\"marginal_stock_us\": {}, \"marginal_ratio\": {}, \"pooler_floor_us\": {:.3f}, "
+        "\"fused_prefetch_us\": {}, \"stock_prefetch_us\": {}, \"marginal_fused_prefetch_us\": {}, "
+        "\"marginal_stock_prefetch_us\": {}, \"fused_alone_us\": {:.3f}, "
         "\"stock_alone_us\": {}, \"others_with_fused_us\": {:.3f}, \"others_with_stock_us\": {}, "
         "\"collateral_fused_us\": {:.3f}, \"collateral_stock_us\": {}, \"layer_floor_us\": {:.3f}, "
         "\"distinct_experts\": {:.2f}, \"rotation\": {}, \"check\": \"{}\"}}{}\n",
         r.tp, r.b, r.n, r.trigger, escape(r.forms), r.fused, value(stock, r.stock), r.null, r.none, r.marginal_fused(),
         value(stock, r.marginal_stock()),
-        value(stock && r.marginal_stock() > 0, r.marginal_fused() / r.marginal_stock()), r.pooler_floor, r.fused_alone,
-        value(stock, r.stock_alone), r.others_with_fused(), value(stock, r.others_with_stock()), r.collateral_fused(),
+        value(stock && r.marginal_stock() > 0, r.marginal_fused() / r.marginal_stock()), r.pooler_floor,
+        value(r.fused_prefetch >= 0, r.fused_prefetch), value(r.stock_prefetch >= 0, r.stock_prefetch),
+        value(r.fused_prefetch >= 0, r.marginal_fused_prefetch()),
+        value(r.stock_prefetch >= 0, r.marginal_stock_prefetch()), r.fused_alone, value(stock, r.stock_alone),
+        r.others_with_fused(), value(stock, r.others_with_stock()), r.collateral_fused(),
         value(stock, r.collateral_stock()), r.others_floor + r.pooler_floor, r.experts, r.rotation, escape(r.check),
         i + 1 < rows.size() ? "," : "");
   }

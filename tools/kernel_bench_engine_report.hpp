@@ -18,12 +18,16 @@ struct EngineRow {
   double experts = 0;   // distinct experts per layer, the mean over the layers
   int rotation = 0;     // copies of each surrounding weight and KV buffer the layers rotate through
   double fused = -1, stock = -1, null = -1, none = -1;  // the layer with X = fused, stock, NULL, nothing
+  double fused_prefetch = -1, stock_prefetch = -1;      // fused, stock with prefetch_weights after o_proj
   double fused_alone = -1, stock_alone = -1;            // X alone, chained layer after layer
   double others_floor = 0, pooler_floor = 0;            // bytes at the read ceiling: the rest of a layer, X's weights
   std::string check;                                    // "ok" or what differs
 
   double marginal_fused() const { return fused - null; }
   double marginal_stock() const { return stock - null; }
+  // With the prefetch (its own kernel counted in X's cost: NULL reads no weights).
+  double marginal_fused_prefetch() const { return fused_prefetch - null; }
+  double marginal_stock_prefetch() const { return stock_prefetch - null; }
   // The kernels around X with X there: the layer less X alone; collateral: that less the layer without X.
   double others_with_fused() const { return fused - fused_alone; }
   double others_with_stock() const { return stock - stock_alone; }
