@@ -43,8 +43,10 @@ extern "C" {
 /* The ABI this header describes: the layout of every struct below and the
  * signature of every function. Compare it with pooler_abi_version() of the
  * library actually loaded. The SONAME carries it (libpooler.so.N; CMake reads
- * N from this line). It changes with every incompatible change; a
- * growable struct (below) growing at its end is not one.
+ * N from this line). It changes with every incompatible change of the
+ * library's binary interface, this header's or pooler.hpp's (the C++ API is
+ * exported from the same file); a growable struct (below) growing at its end
+ * is not one.
  *
  * Growable structs (pooler_options, pooler_layer_desc, pooler_peer_timeout_info)
  * start, as NCCL's ncclConfig_t, with `size` (sizeof the struct in the caller's
