@@ -15,7 +15,8 @@ cmake --install "$build" --prefix "$prefix" >/dev/null
 library=$(ls "$prefix"/lib*/libpooler.so.*.*.* | head -1)
 soname=$(objdump -p "$library" | awk '/SONAME/ {print $2}')
 say "installed $(basename "$library"), SONAME $soname"
-[[ $soname =~ ^libpooler\.so\.[0-9]+\.[0-9]+$ ]] || { say "SONAME $soname lacks major.minor" >&2; exit 1; }
+abi=$(sed -n 's/^#define POOLER_ABI_VERSION \([0-9][0-9]*\)$/\1/p' include/pooler/pooler.h)
+[[ $soname == "libpooler.so.$abi" ]] || { say "SONAME $soname is not libpooler.so.$abi (POOLER_ABI_VERSION)" >&2; exit 1; }
 if objdump -p "$library" | awk '/NEEDED/ {print $2}' | grep -E 'libcuda|libnvrtc'; then
   say "libpooler.so needs the CUDA driver or NVRTC at load time (both must be dlopen'ed)" >&2
   exit 1

@@ -15,7 +15,8 @@ install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DOCDIR} 
 install(EXPORT poolerTargets NAMESPACE pooler:: DESTINATION ${POOLER_CMAKE_DIR} COMPONENT development)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/poolerConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/poolerConfig.cmake INSTALL_DESTINATION ${POOLER_CMAKE_DIR})
-# Before 1.0 only the same minor version is compatible (the SONAME says so too).
+# The C++ API: before 1.0 only the same minor version is compatible. (The binary
+# interface is the SONAME's: libpooler.so.N, N = POOLER_ABI_VERSION.)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/poolerConfigVersion.cmake
                                  COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/poolerConfig.cmake ${PROJECT_BINARY_DIR}/poolerConfigVersion.cmake

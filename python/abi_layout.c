@@ -62,6 +62,9 @@ int main(int argc, char** argv) {
   ARRAY(pooler_unique_id, internal);
   END();
   BEGIN(pooler_layer_desc);
+  FIELD(pooler_layer_desc, size);
+  FIELD(pooler_layer_desc, magic);
+  FIELD(pooler_layer_desc, version);
   FIELD(pooler_layer_desc, weight);
   FIELD(pooler_layer_desc, norm_weight);
   FIELD(pooler_layer_desc, global_scale);
@@ -69,6 +72,9 @@ int main(int argc, char** argv) {
   FIELD(pooler_layer_desc, gain_center);
   END();
   BEGIN(pooler_options);
+  FIELD(pooler_options, size);
+  FIELD(pooler_options, magic);
+  FIELD(pooler_options, version);
   FIELD(pooler_options, layers);
   FIELD(pooler_options, num_layers);
   FIELD(pooler_options, batches);
@@ -94,6 +100,9 @@ int main(int argc, char** argv) {
   FIELD(pooler_expert_input, normed);
   END();
   BEGIN(pooler_peer_timeout_info);
+  FIELD(pooler_peer_timeout_info, size);
+  FIELD(pooler_peer_timeout_info, magic);
+  FIELD(pooler_peer_timeout_info, version);
   FIELD(pooler_peer_timeout_info, occurred);
   FIELD(pooler_peer_timeout_info, rank);
   FIELD(pooler_peer_timeout_info, missing_peer);
@@ -117,6 +126,12 @@ int main(int argc, char** argv) {
   CONSTANT(POOLER_TRANSPORT_AUTO);
   CONSTANT(POOLER_TRANSPORT_LAMPORT);
   CONSTANT(POOLER_TRANSPORT_NCCL);
+  CONSTANT(POOLER_OPTIONS_MAGIC);
+  CONSTANT(POOLER_LAYER_DESC_MAGIC);
+  CONSTANT(POOLER_PEER_TIMEOUT_INFO_MAGIC);
+  CONSTANT(POOLER_OPTIONS_MIN_SIZE);
+  CONSTANT(POOLER_LAYER_DESC_MIN_SIZE);
+  CONSTANT(POOLER_PEER_TIMEOUT_INFO_MIN_SIZE);
   fprintf(out, "}\n");
   if (fclose(out) != 0) {
     perror(argv[1]);

@@ -1,27 +1,15 @@
 // The C interface of include/pooler/pooler.h over the C++ API: handles own the
 // C++ objects, every exception becomes a status and a per-thread message.
-#include "pooler/pooler.h"
-
-#include <nccl.h>
-
-#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <new>
-#include <optional>
 #include <string>
 #include <utility>
-#include <vector>
 
-#include <fmt/format.h>
-
-#include "pooler/error.hpp"
-#include "pooler/pooler.hpp"
-#include "runtime/jit/device.hpp"
-#include "runtime/comm/nccl.hpp"
+#include "runtime/c_api_internal.hpp"
 
 static_assert(sizeof(pooler_unique_id) == sizeof(ncclUniqueId),
               "pooler_unique_id must be an ncclUniqueId byte for byte");
@@ -31,43 +19,17 @@ static_assert(static_cast<int>(pooler::DType::bf16) == POOLER_DTYPE_BF16 &&
                   static_cast<int>(pooler::DType::u8) == POOLER_DTYPE_U8 &&
                   static_cast<int>(pooler::DType::e4m3) == POOLER_DTYPE_E4M3,
               "pooler_dtype mirrors pooler::DType");
-// The layouts that Python's ctypes and other FFIs mirror (python/: checked at its build):
-// a change here is a new POOLER_ABI_VERSION.
-static_assert(sizeof(pooler_layer_desc) == 32 && offsetof(pooler_layer_desc, eps) == 24);
-static_assert(sizeof(pooler_options) == 64 && offsetof(pooler_options, spin_timeout_ns) == 40 &&
-              offsetof(pooler_options, pooled) == 52 && offsetof(pooler_options, transport) == 56 &&
-              offsetof(pooler_options, allow_nvls) == 60);
 static_assert(static_cast<int>(pooler::Transport::automatic) == POOLER_TRANSPORT_AUTO &&
                   static_cast<int>(pooler::Transport::lamport) == POOLER_TRANSPORT_LAMPORT &&
                   static_cast<int>(pooler::Transport::nccl) == POOLER_TRANSPORT_NCCL,
               "pooler_transport mirrors pooler::Transport");
-static_assert(sizeof(pooler_tensor) == 32 && offsetof(pooler_tensor, dtype) == 24);
-static_assert(sizeof(pooler_expert_input) == 104 && offsetof(pooler_expert_input, packed) == 8);
-static_assert(sizeof(pooler_peer_timeout_info) == 32 && offsetof(pooler_peer_timeout_info, elapsed_ns) == 24);
-
-struct pooler_comm_st {
-  // Declared before `owned`: the context outlives the communicator made on it.
-  std::optional<pooler::PrimaryContext> context;
-  std::optional<pooler::NcclComm> owned;
-  ncclComm_t comm = nullptr;
-  int rank = 0;
-  int ranks = 0;
-  int device = 0;
-  // Poolers built on this communicator: it may not go before they do.
-  std::atomic<int> poolers{0};
-};
-
-struct pooler_st {
-  pooler_comm_st* comm = nullptr;
-  std::unique_ptr<pooler::Pooler> pooler;
-  std::vector<std::string> forms;
-  pooler_tensor last_projection{};
-  pooler_peer_timeout_info timeout{};
-};
 
 namespace {
 
 using pooler::InvalidArgument;
+using pooler::c_api::require;
+using pooler::c_api::require_comm;
+using pooler::c_api::require_pooler;
 
 thread_local std::string t_last_error;
 
@@ -100,8 +62,15 @@ pooler_status guarded(const char* function, pooler_st* handle, Body&& body) noex
     return POOLER_OK;
   } catch (const pooler::PeerTimeout& error) {
     if (handle != nullptr) {
-      handle->timeout =
-          pooler_peer_timeout_info{1, error.rank, error.missing_peer, error.layer, error.stage, error.elapsed_ns};
+      handle->timeout = pooler_peer_timeout_info{sizeof(pooler_peer_timeout_info),
+                                                 POOLER_PEER_TIMEOUT_INFO_MAGIC,
+                                                 POOLER_ABI_VERSION,
+                                                 1,
+                                                 error.rank,
+                                                 error.missing_peer,
+                                                 error.layer,
+                                                 error.stage,
+                                                 error.elapsed_ns};
     }
     set_error(function, error.what());
     return POOLER_PEER_TIMEOUT;
@@ -133,21 +102,6 @@ pooler_status guarded(const char* function, pooler_st* handle, Body&& body) noex
     set_error(function, "an unknown exception");
     return POOLER_OTHER;
   }
-}
-
-template <class T>
-void require(const T* pointer, const char* name, const char* expected) {
-  if (pointer == nullptr) {
-    throw InvalidArgument(fmt::format("{} is NULL; expected {}", name, expected));
-  }
-}
-
-void require_pooler(const pooler_st* handle) {
-  require(handle, "pooler", "a Pooler from pooler_create (not yet destroyed)");
-}
-
-void require_comm(const pooler_comm_st* handle) {
-  require(handle, "comm", "a communicator from pooler_comm_init_rank or pooler_comm_adopt (not yet destroyed)");
 }
 
 void describe_comm(pooler_comm_st& handle) {
@@ -204,30 +158,6 @@ pooler::TensorView x_view(const pooler_st& handle, std::uint64_t x, int b) {
 
 CUstream to_stream(void* stream) { return static_cast<CUstream>(stream); }
 
-// Problems that only the C layer sees (a NULL array, a negative count). They
-// must still fail on every rank rather than leave the others waiting in the
-// constructor's configuration vote.
-std::string structural_problems(const pooler_options& options) {
-  if (options.num_layers < 0) {
-    return fmt::format("options->num_layers is {}; expected the number of layers (at least 1)", options.num_layers);
-  }
-  if (options.num_layers > 0 && options.layers == nullptr) {
-    return fmt::format(
-        "options->layers is NULL but options->num_layers is {}; expected an array of {} "
-        "pooler_layer_desc",
-        options.num_layers, options.num_layers);
-  }
-  if (options.num_batches < 0) {
-    return fmt::format("options->num_batches is {}; expected the number of batch sizes (at least 1)",
-                       options.num_batches);
-  }
-  if (options.num_batches > 0 && options.batches == nullptr) {
-    return fmt::format("options->batches is NULL but options->num_batches is {}; expected an array of {} int",
-                       options.num_batches, options.num_batches);
-  }
-  return {};
-}
-
 pooler::PoolerOptions to_cpp(const pooler_options& c, int tp) {
   pooler::PoolerOptions options;
   options.capacity = c.capacity;
@@ -243,7 +173,7 @@ pooler::PoolerOptions to_cpp(const pooler_options& c, int tp) {
   // rejects P first, so the rounded-down row count is never what it checks.
   const std::int64_t rows = c.pooled / tp;
   for (int i = 0; i < c.num_layers; ++i) {
-    const pooler_layer_desc& desc = c.layers[i];
+    const pooler_layer_desc desc = pooler::c_api::layer_at(c, i);
     pooler::PoolerLayer layer;
     layer.weight = pooler::TensorView::matrix(desc.weight, pooler::DType::bf16, rows, c.hidden);
     layer.norm_weight = pooler::TensorView::vector(desc.norm_weight, pooler::DType::bf16, c.pooled);
@@ -373,34 +303,19 @@ pooler_status pooler_comm_destroy(pooler_comm_t comm) {
     if (comm == nullptr) {
       return;
     }
+    require_comm(comm);
     if (const int alive = comm->poolers.load(); alive != 0) {
       throw InvalidArgument(
           fmt::format("comm (rank {} of {}) still has {} Pooler(s) built on it; destroy them first "
                       "(pooler_destroy)",
                       comm->rank, comm->ranks, alive));
     }
-    delete comm;
+    pooler::c_api::retire(std::unique_ptr<pooler_comm_st>(comm));
   });
 }
 
-pooler_status pooler_options_init(pooler_options* options) {
-  return guarded("pooler_options_init", nullptr, [&] {
-    require(options, "options", "a pointer to a pooler_options to fill");
-    static const int default_batches[] = {8};
-    const pooler::PoolerOptions defaults;
-    *options = pooler_options{};
-    options->layers = nullptr;
-    options->num_layers = 0;
-    options->batches = default_batches;
-    options->num_batches = 1;
-    options->capacity = defaults.capacity;
-    options->enable_pdl = defaults.enable_pdl ? 1 : 0;
-    options->spin_timeout_ns = static_cast<std::int64_t>(defaults.spin_timeout.count());
-    options->hidden = defaults.hidden;
-    options->pooled = defaults.pooled;
-    options->transport = static_cast<int>(defaults.transport);
-    options->allow_nvls = defaults.allow_nvls ? 1 : 0;
-  });
+pooler_status pooler_options_init(pooler_options* options, std::size_t size) {
+  return guarded("pooler_options_init", nullptr, [&] { pooler::c_api::init_options(options, size); });
 }
 
 pooler_status pooler_create(pooler_t* pooler, pooler_comm_t comm, const pooler_options* options) {
@@ -409,18 +324,21 @@ pooler_status pooler_create(pooler_t* pooler, pooler_comm_t comm, const pooler_o
     *pooler = nullptr;
     require_comm(comm);
     require(options, "options", "a pooler_options (start from pooler_options_init)");
-    const std::string problem = structural_problems(*options);
+    // The caller's size bytes only, the defaults for the rest.
+    pooler_options read;
+    const std::string problem = pooler::c_api::read_options(*options, read);
     pooler::PoolerOptions cpp;
     if (problem.empty()) {
-      cpp = to_cpp(*options, comm->ranks);
+      cpp = to_cpp(read, comm->ranks);
     }
     // else: no layers, which the Pooler rejects on this rank after voting, so
-    // that the other ranks fail too; this rank then reports the real problem.
+    // that the other ranks fail too; this rank then reports the real problem
+    // (also when construction failed before the vote: no driver, NVLS refused).
     auto handle = std::make_unique<pooler_st>();
     handle->comm = comm;
     try {
       handle->pooler = std::make_unique<pooler::Pooler>(comm->comm, std::move(cpp));
-    } catch (const InvalidArgument&) {
+    } catch (const pooler::Error&) {
       if (!problem.empty()) {
         throw InvalidArgument(problem);
       }
@@ -437,9 +355,11 @@ pooler_status pooler_destroy(pooler_t pooler) {
     if (pooler == nullptr) {
       return;
     }
+    require_pooler(pooler);
     std::unique_ptr<pooler_st> handle(pooler);
     handle->pooler.reset();  // collective; waits for the Pooler's work
     handle->comm->poolers.fetch_sub(1);
+    pooler::c_api::retire(std::move(handle));
   });
 }
 
@@ -555,8 +475,7 @@ pooler_status pooler_check(pooler_t pooler) {
 pooler_status pooler_peer_timeout(pooler_t pooler, pooler_peer_timeout_info* info) {
   return guarded("pooler_peer_timeout", pooler, [&] {
     require_pooler(pooler);
-    require(info, "info", "a pointer to a pooler_peer_timeout_info to fill");
-    *info = pooler->timeout;
+    pooler::c_api::write_peer_timeout(pooler->timeout, info);
   });
 }
 

@@ -15,6 +15,7 @@
  *                           fails (tests/fake_cuda_driver.c): POOLER_NO_DRIVER
  *                           naming the code, never an abort or a hang.
  *
+ * The checks that need no GPU are in tests/test_c_api_cpu.c (the same program).
  * The GPU part reaches the driver itself (dlopen, like pooler) to allocate
  * and read memory, so that the program starts on machines without one.
  */
@@ -28,18 +29,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures = 0;
+#include "c_api_check.h"
 
-#define CHECK(condition)                                                   \
-  do {                                                                     \
-    if (!(condition)) {                                                    \
-      ++failures;                                                          \
-      fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #condition); \
-    }                                                                      \
-  } while (0)
+int failures = 0;
 
-/* The call must return `want` and the thread's message must contain `needle`. */
-static void expect_status(pooler_status got, pooler_status want, const char* needle, const char* call, int line) {
+void expect_status(pooler_status got, pooler_status want, const char* needle, const char* call, int line) {
   const char* message = pooler_last_error();
   int ok = 1;
   if (got != want) {
@@ -66,113 +60,6 @@ static void expect_status(pooler_status got, pooler_status want, const char* nee
   } else if (want != POOLER_OK) {
     printf("ok: %s -> %s: %s\n", call, pooler_status_name(got), message);
   }
-}
-
-#define EXPECT_STATUS(call, want, needle) expect_status((call), (want), (needle), #call, __LINE__)
-#define EXPECT_OK(call) expect_status((call), POOLER_OK, NULL, #call, __LINE__)
-
-/* ---- checks that need no GPU ------------------------------------------------ */
-
-static void check_library(void) {
-  int status = 0;
-  CHECK(pooler_abi_version() == POOLER_ABI_VERSION);
-  CHECK(pooler_version() != NULL && pooler_version()[0] != '\0');
-  CHECK(strcmp(pooler_status_name(POOLER_OK), "POOLER_OK") == 0);
-  CHECK(strcmp(pooler_status_name(POOLER_INVALID_ARGUMENT), "POOLER_INVALID_ARGUMENT") == 0);
-  CHECK(strcmp(pooler_status_name(POOLER_NO_DRIVER), "POOLER_NO_DRIVER") == 0);
-  CHECK(strcmp(pooler_status_name(POOLER_CUDA_ERROR), "POOLER_CUDA_ERROR") == 0);
-  CHECK(strcmp(pooler_status_name(POOLER_NCCL_ERROR), "POOLER_NCCL_ERROR") == 0);
-  CHECK(strcmp(pooler_status_name(POOLER_COMPILE_ERROR), "POOLER_COMPILE_ERROR") == 0);
-  CHECK(strcmp(pooler_status_name(POOLER_PEER_TIMEOUT), "POOLER_PEER_TIMEOUT") == 0);
-  CHECK(strcmp(pooler_status_name(POOLER_OTHER), "POOLER_OTHER") == 0);
-  status = 42;
-  CHECK(strcmp(pooler_status_name((pooler_status)status), "POOLER_UNKNOWN_STATUS") == 0);
-  CHECK(pooler_last_error() != NULL && pooler_last_error()[0] == '\0');
-  printf("ok: ABI %d, pooler %s\n", pooler_abi_version(), pooler_version());
-}
-
-static void check_options(void) {
-  pooler_options options;
-  EXPECT_STATUS(pooler_options_init(NULL), POOLER_INVALID_ARGUMENT, "options is NULL");
-  memset(&options, 0x5A, sizeof(options));
-  EXPECT_OK(pooler_options_init(&options));
-  CHECK(options.layers == NULL && options.num_layers == 0);
-  CHECK(options.num_batches == 1 && options.batches != NULL && options.batches[0] == 8);
-  CHECK(options.capacity == 32);
-  CHECK(options.enable_pdl == 1);
-  CHECK(options.spin_timeout_ns == 10000000000LL);
-  CHECK(options.hidden == 8192 && options.pooled == 4096);
-  CHECK(options.transport == POOLER_TRANSPORT_AUTO && options.allow_nvls == 0);
-  CHECK(POOLER_TRANSPORT_AUTO == 0 && POOLER_TRANSPORT_LAMPORT == 1 && POOLER_TRANSPORT_NCCL == 2);
-}
-
-/* Every function that takes a handle refuses NULL, naming it. */
-static void check_null_handles(void) {
-  pooler_t pooler = (pooler_t)(uintptr_t)1; /* must be reset to NULL on failure */
-  pooler_comm_t comm = (pooler_comm_t)(uintptr_t)1;
-  pooler_options options;
-  pooler_expert_input input;
-  pooler_tensor block;
-  pooler_peer_timeout_info info;
-  pooler_unique_id id;
-  void* raw = NULL;
-  const char* line = NULL;
-  int a = 0, b = 0, c = 0;
-  memset(&id, 0, sizeof(id));
-  EXPECT_OK(pooler_options_init(&options));
-
-  EXPECT_STATUS(pooler_warm_up(NULL), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_run(NULL, 0, 0, 8, NULL, &input), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_project(NULL, 0, 0, 8, NULL, &block), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_publish(NULL, 8, NULL), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_gather(NULL, 0, 8, NULL, &input), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_last_projection(NULL, &block), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_run_into(NULL, 0, 0, 8, NULL, &input), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_project_into(NULL, 0, 0, 8, NULL, &block), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_publish_from(NULL, &block, NULL), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_gather_into(NULL, 0, 8, NULL, &input), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_scratch(NULL, &block, &input), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_check(NULL), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_peer_timeout(NULL, &info), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_info(NULL, &a, &b, &c), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_get_transport(NULL, &a), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_form_count(NULL, &a), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_form(NULL, 0, &line), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_OK(pooler_destroy(NULL));
-
-  EXPECT_STATUS(pooler_create(NULL, NULL, &options), POOLER_INVALID_ARGUMENT, "pooler is NULL");
-  EXPECT_STATUS(pooler_create(&pooler, NULL, &options), POOLER_INVALID_ARGUMENT, "comm is NULL");
-  CHECK(pooler == NULL);
-
-  EXPECT_STATUS(pooler_comm_nccl(NULL, &raw), POOLER_INVALID_ARGUMENT, "comm is NULL");
-  EXPECT_STATUS(pooler_comm_info(NULL, &a, &b, &c), POOLER_INVALID_ARGUMENT, "comm is NULL");
-  EXPECT_OK(pooler_comm_destroy(NULL));
-  EXPECT_STATUS(pooler_comm_adopt(NULL, &id), POOLER_INVALID_ARGUMENT, "comm is NULL");
-  EXPECT_STATUS(pooler_comm_adopt(&comm, NULL), POOLER_INVALID_ARGUMENT, "nccl_comm is NULL");
-  CHECK(comm == NULL);
-}
-
-static void check_bad_arguments(void) {
-  pooler_comm_t comm = (pooler_comm_t)(uintptr_t)1;
-  pooler_unique_id id;
-  memset(&id, 0, sizeof(id));
-  EXPECT_STATUS(pooler_device_count(NULL), POOLER_INVALID_ARGUMENT, "count is NULL");
-  EXPECT_STATUS(pooler_get_unique_id(NULL), POOLER_INVALID_ARGUMENT, "id is NULL");
-  EXPECT_STATUS(pooler_comm_init_rank(NULL, 1, &id, 0, 0), POOLER_INVALID_ARGUMENT, "comm is NULL");
-  EXPECT_STATUS(pooler_comm_init_rank(&comm, 1, NULL, 0, 0), POOLER_INVALID_ARGUMENT, "id is NULL");
-  CHECK(comm == NULL);
-  EXPECT_STATUS(pooler_comm_init_rank(&comm, 0, &id, 0, 0), POOLER_INVALID_ARGUMENT, "ranks is 0");
-  EXPECT_STATUS(pooler_comm_init_rank(&comm, 2, &id, 5, 0), POOLER_INVALID_ARGUMENT, "rank is 5");
-  EXPECT_STATUS(pooler_comm_init_rank(&comm, 2, &id, -1, 0), POOLER_INVALID_ARGUMENT, "rank is -1");
-  EXPECT_STATUS(pooler_comm_init_rank(&comm, 1, &id, 0, -3), POOLER_INVALID_ARGUMENT, "device is -3");
-
-  /* NVLink multicast must be off before any communicator: checked first, GPU or not. */
-  unsetenv("NCCL_NVLS_ENABLE");
-  EXPECT_STATUS(pooler_comm_init_rank(&comm, 1, &id, 0, 0), POOLER_OTHER, "NCCL_NVLS_ENABLE is unset");
-  setenv("NCCL_NVLS_ENABLE", "1", 1);
-  EXPECT_STATUS(pooler_comm_init_rank(&comm, 1, &id, 0, 0), POOLER_OTHER, "NCCL_NVLS_ENABLE is \"1\"");
-  setenv("NCCL_NVLS_ENABLE", "0", 1);
-  CHECK(comm == NULL);
 }
 
 /* ---- the GPU part ------------------------------------------------------------- */
@@ -415,11 +302,13 @@ static void gpu_part(void) {
   pooler_t pooler = NULL;
   pooler_options options;
   pooler_layer_desc layers[2];
+  const pooler_layer_desc layer_initializer = POOLER_LAYER_DESC_INITIALIZER;
   const int batches[2] = {1, 8};
   const int bad_batches[2] = {1, 0};
   pooler_expert_input out;
   pooler_tensor block;
-  pooler_peer_timeout_info timeout;
+  pooler_peer_timeout_info timeout = POOLER_PEER_TIMEOUT_INFO_INITIALIZER;
+  pooler_t stale = NULL;
   void* raw = NULL;
   const char* line = NULL;
   int rank = -1, ranks = -1, ordinal = -1, forms = 0, transport = -1, i;
@@ -462,7 +351,8 @@ static void gpu_part(void) {
   CU(driver->memset16(x, 0x3F80, (size_t)kRows * kHidden, stream));
   CU(driver->stream_sync(stream));
 
-  memset(layers, 0, sizeof(layers));
+  layers[0] = layer_initializer;
+  layers[1] = layer_initializer;
   layers[0].weight = weight0;
   layers[0].norm_weight = norm0;
   layers[0].global_scale = 0;
@@ -473,7 +363,7 @@ static void gpu_part(void) {
   layers[1].global_scale = scale;
   layers[1].eps = 1e-5f;
   layers[1].gain_center = 1.0f;
-  EXPECT_OK(pooler_options_init(&options));
+  EXPECT_OK(pooler_options_init(&options, sizeof(options)));
   options.layers = layers;
   options.num_layers = 2;
   options.batches = batches;
@@ -568,12 +458,33 @@ static void gpu_part(void) {
   expect_filled(driver, "b = 1 scales", &out.scales, 1, 0x38);
 
   EXPECT_OK(pooler_check(pooler));
-  memset(&timeout, 0x5A, sizeof(timeout));
+  memset((char*)&timeout + 16, 0x5A, sizeof(timeout) - 16); /* the fields after the header */
   EXPECT_OK(pooler_peer_timeout(pooler, &timeout));
-  CHECK(timeout.occurred == 0 && timeout.elapsed_ns == 0);
+  CHECK(timeout.occurred == 0 && timeout.elapsed_ns == 0 && timeout.size == sizeof(timeout));
+  timeout.magic = 0;
+  EXPECT_STATUS(pooler_peer_timeout(pooler, &timeout), POOLER_INVALID_ARGUMENT, "info->magic is 0x00000000");
+  timeout.magic = POOLER_PEER_TIMEOUT_INFO_MAGIC;
+  timeout.size = 24;
+  EXPECT_STATUS(pooler_peer_timeout(pooler, &timeout), POOLER_INVALID_ARGUMENT, "info->size is 24");
 
+  /* A destroyed Pooler: refused by every call, destroy included; its communicator is free. */
+  EXPECT_OK(pooler_destroy(pooler));
+  EXPECT_STATUS(pooler_check(pooler), POOLER_INVALID_ARGUMENT, "is a pooler_t that was destroyed");
+  EXPECT_STATUS(pooler_run(pooler, 1, x, 1, stream, &out), POOLER_INVALID_ARGUMENT, "that was destroyed");
+  EXPECT_STATUS(pooler_form_count(pooler, &forms), POOLER_INVALID_ARGUMENT, "that was destroyed");
+  EXPECT_STATUS(pooler_destroy(pooler), POOLER_INVALID_ARGUMENT, "that was destroyed");
+  EXPECT_STATUS(pooler_comm_info((pooler_comm_t)(void*)pooler, &rank, &ranks, &ordinal), POOLER_INVALID_ARGUMENT,
+                "is a pooler_t (destroyed), not a pooler_comm_t");
+  /* A new one gets another address; the stale handle stays refused. */
+  stale = pooler;
+  options.num_batches = 1;
+  EXPECT_OK(pooler_create(&pooler, comm, &options));
+  CHECK(pooler != NULL && pooler != stale);
+  EXPECT_OK(pooler_check(pooler));
+  EXPECT_STATUS(pooler_check(stale), POOLER_INVALID_ARGUMENT, "that was destroyed");
   EXPECT_OK(pooler_destroy(pooler));
   EXPECT_OK(pooler_comm_destroy(comm));
+  EXPECT_STATUS(pooler_comm_info(comm, &rank, &ranks, &ordinal), POOLER_INVALID_ARGUMENT, "that was destroyed");
   CU(driver->free(weight0));
   CU(driver->free(weight1));
   CU(driver->free(norm0));
@@ -604,6 +515,7 @@ int main(int argc, char** argv) {
   check_options();
   check_null_handles();
   check_bad_arguments();
+  check_handle_magic();
 
   /* NCCL makes ids without a GPU, but may refuse on a host without networking. */
   status = pooler_get_unique_id(&id);

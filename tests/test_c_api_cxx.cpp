@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "pooler/pooler.hpp"
+#include "runtime/c_api_internal.hpp"
 
 namespace {
 
@@ -42,15 +43,29 @@ TEST(CApiCxx, LastErrorIsPerThread) {
   EXPECT_EQ(std::string(pooler_last_error()), mine);  // untouched by the other thread
 
   pooler_options options;
-  ASSERT_EQ(pooler_options_init(&options), POOLER_OK);
+  ASSERT_EQ(pooler_options_init(&options, sizeof(options)), POOLER_OK);
   EXPECT_STREQ(pooler_last_error(), "");  // a success clears this thread's message
 }
 
-// The C defaults are the C++ defaults.
+// The C defaults are the C++ defaults, from pooler_options_init and from the initializers.
 TEST(CApiCxx, OptionDefaultsMatchTheCxxApi) {
   pooler_options options;
-  ASSERT_EQ(pooler_options_init(&options), POOLER_OK);
+  ASSERT_EQ(pooler_options_init(&options, sizeof(options)), POOLER_OK);
   const pooler::PoolerOptions cxx;
+  const pooler_options initialized = POOLER_OPTIONS_INITIALIZER;
+  EXPECT_EQ(initialized.capacity, cxx.capacity);
+  EXPECT_EQ(initialized.enable_pdl != 0, cxx.enable_pdl);
+  EXPECT_EQ(initialized.spin_timeout_ns, cxx.spin_timeout.count());
+  EXPECT_EQ(initialized.hidden, cxx.hidden);
+  EXPECT_EQ(initialized.pooled, cxx.pooled);
+  EXPECT_EQ(initialized.transport, static_cast<int>(cxx.transport));
+  EXPECT_EQ(initialized.allow_nvls != 0, cxx.allow_nvls);
+  const pooler_layer_desc layer = POOLER_LAYER_DESC_INITIALIZER;
+  const pooler::PoolerLayer cxx_layer;
+  EXPECT_EQ(layer.eps, cxx_layer.eps);
+  EXPECT_EQ(layer.gain_center, cxx_layer.gain_center);
+  EXPECT_EQ(options.transport, static_cast<int>(cxx.transport));
+  EXPECT_EQ(options.allow_nvls != 0, cxx.allow_nvls);
   EXPECT_EQ(options.capacity, cxx.capacity);
   EXPECT_EQ(options.enable_pdl != 0, cxx.enable_pdl);
   EXPECT_EQ(options.spin_timeout_ns, cxx.spin_timeout.count());
@@ -58,6 +73,40 @@ TEST(CApiCxx, OptionDefaultsMatchTheCxxApi) {
   EXPECT_EQ(options.pooled, cxx.pooled);
   ASSERT_EQ(static_cast<std::size_t>(options.num_batches), cxx.batches.size());
   EXPECT_EQ(options.batches[0], cxx.batches[0]);
+}
+
+// A destroyed Pooler, without a GPU: a handle with no Pooler inside goes
+// through pooler_destroy's real path (the magic cleared, the shell kept back),
+// then every call refuses it, as they refuse its destroyed communicator.
+TEST(CApiCxx, DestroyedHandlesAreRefused) {
+  auto comm_shell = std::make_unique<pooler_comm_st>();
+  comm_shell->poolers = 1;
+  auto pooler_shell = std::make_unique<pooler_st>();
+  pooler_shell->comm = comm_shell.get();
+  pooler_comm_t comm = comm_shell.release();
+  pooler_t pooler = pooler_shell.release();
+
+  ASSERT_EQ(pooler_destroy(pooler), POOLER_OK) << pooler_last_error();
+  EXPECT_EQ(comm->poolers.load(), 0);
+  int count = -1;
+  for (const pooler_status status : {pooler_check(pooler), pooler_form_count(pooler, &count), pooler_destroy(pooler),
+                                     pooler_warm_up(pooler), pooler_publish(pooler, 8, nullptr)}) {
+    EXPECT_EQ(status, POOLER_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(pooler_last_error()).find("is a pooler_t that was destroyed"), std::string::npos)
+        << pooler_last_error();
+  }
+  EXPECT_EQ(count, -1);
+
+  ASSERT_EQ(pooler_comm_destroy(comm), POOLER_OK) << pooler_last_error();
+  void* raw = nullptr;
+  EXPECT_EQ(pooler_comm_nccl(comm, &raw), POOLER_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(pooler_last_error()).find("is a pooler_comm_t that was destroyed"), std::string::npos)
+      << pooler_last_error();
+  EXPECT_EQ(pooler_comm_destroy(comm), POOLER_INVALID_ARGUMENT);
+  pooler_t created = nullptr;
+  const pooler_options options = POOLER_OPTIONS_INITIALIZER;
+  EXPECT_EQ(pooler_create(&created, comm, &options), POOLER_INVALID_ARGUMENT);
+  EXPECT_EQ(created, nullptr);
 }
 
 }  // namespace

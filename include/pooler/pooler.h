@@ -15,8 +15,14 @@
  * POOLER_INVALID_ARGUMENT, named in the message.
  *
  * Handles are not thread-safe: use each from one thread at a time, as a CUDA
- * stream is used. Calls marked "collective" must be made by every rank of the
- * communicator (a thread or process each), in the same order.
+ * stream is used. Each carries a magic number: a destroyed handle, one of the
+ * other type, or a pointer the library did not hand out (at least one that
+ * points at readable memory) is POOLER_INVALID_ARGUMENT, named in the message.
+ * The memory of the last destroyed handles is kept back from reuse, so a
+ * stale handle is not taken for a newer one (runtime/c_api_handles.cpp).
+ *
+ * Calls marked "collective" must be made by every rank of the communicator (a
+ * thread or process each), in the same order.
  */
 #ifndef POOLER_POOLER_H
 #define POOLER_POOLER_H
@@ -36,8 +42,30 @@ extern "C" {
 
 /* The ABI this header describes: the layout of every struct below and the
  * signature of every function. Compare it with pooler_abi_version() of the
- * library actually loaded. */
-#define POOLER_ABI_VERSION 3
+ * library actually loaded. The SONAME carries it (libpooler.so.N; CMake reads
+ * N from this line). It changes with every incompatible change of the
+ * library's binary interface, this header's or pooler.hpp's (the C++ API is
+ * exported from the same file); a growable struct (below) growing at its end
+ * is not one.
+ *
+ * Growable structs (pooler_options, pooler_layer_desc, pooler_peer_timeout_info)
+ * start, as NCCL's ncclConfig_t, with `size` (sizeof the struct in the caller's
+ * header), `magic` (the struct's POOLER_*_MAGIC) and `version` (the caller's
+ * POOLER_ABI_VERSION): fill them with the struct's POOLER_*_INITIALIZER, or
+ * pooler_options_init. The library reads and writes only the caller's `size`
+ * bytes and takes the defaults of the fields a smaller (older) struct lacks;
+ * it refuses a `size` outside [POOLER_*_MIN_SIZE, its own sizeof], another
+ * magic or another version (POOLER_INVALID_ARGUMENT, naming the value).
+ * pooler_tensor and pooler_expert_input are fixed: small views returned by
+ * value on every call of the per-token path, and pooler_tensor is embedded in
+ * pooler_expert_input; a change to either is a new struct (and new functions)
+ * or a new POOLER_ABI_VERSION, never a silent growth. pooler_unique_id is
+ * NCCL's ncclUniqueId and fixed with it. */
+#define POOLER_ABI_VERSION 4
+
+#define POOLER_OPTIONS_MAGIC 0x504f4f4cu           /* "POOL" */
+#define POOLER_LAYER_DESC_MAGIC 0x4c415952u        /* "LAYR" */
+#define POOLER_PEER_TIMEOUT_INFO_MAGIC 0x54494d45u /* "TIME" */
 
 typedef enum pooler_status {
   POOLER_OK = 0,
@@ -76,8 +104,15 @@ typedef struct pooler_unique_id {
 } pooler_unique_id;
 
 /* One MoE layer as the pooler reads it; device addresses of the engine's
- * tensors (not copied: they must outlive the Pooler). */
+ * tensors (not copied: they must outlive the Pooler). Growable (a layer may
+ * gain parameters, a bias or another norm), so each element carries its
+ * header: the library steps through options->layers by layers[0].size, and
+ * every element must have the same size, magic and version. Start each from
+ * POOLER_LAYER_DESC_INITIALIZER. */
 typedef struct pooler_layer_desc {
+  size_t size;           /* sizeof(pooler_layer_desc) */
+  unsigned int magic;    /* POOLER_LAYER_DESC_MAGIC */
+  unsigned int version;  /* POOLER_ABI_VERSION */
   uint64_t weight;       /* this rank's rows of the pooler weight: BF16 [P / tp, H], contiguous, 16-byte aligned */
   uint64_t norm_weight;  /* pre_expert_norm weight: BF16 [P], 16-byte aligned */
   uint64_t global_scale; /* NVFP4 input global scale, one FP32 on the device; 0 for a BF16 edge layer */
@@ -85,8 +120,18 @@ typedef struct pooler_layer_desc {
   float gain_center;     /* effective norm weight = weight + gain_center (1.0 for Muse Spark) */
 } pooler_layer_desc;
 
-/* What pooler_create builds. Start from pooler_options_init(). */
+/* Every field: the smallest pooler_layer_desc the library accepts. */
+#define POOLER_LAYER_DESC_MIN_SIZE 48
+/* No tensors, eps 1e-5, gain_center 1.0 (the C++ API's PoolerLayer defaults). */
+#define POOLER_LAYER_DESC_INITIALIZER \
+  { sizeof(pooler_layer_desc), POOLER_LAYER_DESC_MAGIC, POOLER_ABI_VERSION, 0, 0, 0, 1e-5f, 1.0f }
+
+/* What pooler_create builds. Growable: start from pooler_options_init() or
+ * POOLER_OPTIONS_INITIALIZER. */
 typedef struct pooler_options {
+  size_t size;                     /* sizeof(pooler_options) in the caller's header */
+  unsigned int magic;              /* POOLER_OPTIONS_MAGIC */
+  unsigned int version;            /* POOLER_ABI_VERSION */
   const pooler_layer_desc* layers; /* one per MoE layer, indexed by the `layer` of pooler_run */
   int num_layers;
   const int* batches; /* every b that pooler_run will see; each gets a compiled GEMM form */
@@ -96,11 +141,23 @@ typedef struct pooler_options {
   int64_t spin_timeout_ns; /* how long a consumer waits for a peer (default 10 s) */
   int hidden;              /* H, the GEMM's K (default 8192) */
   int pooled;              /* P, the pooled width (default 4096) */
-  /* Since ABI 3. */
+  /* Optional from here on: a struct whose size ends before a field gets its
+   * default. (Both came with ABI 3, before the size field.) */
   int transport;  /* a pooler_transport (default POOLER_TRANSPORT_AUTO); pooler_get_transport says which was taken */
   int allow_nvls; /* 1: accept NCCL_NVLS_ENABLE other than 0 (NCCL may use NVLink multicast for its own collectives;
                      pooler creates no multicast object) with an adopted communicator; 0 (default): refuse */
 } pooler_options;
+
+/* The smallest pooler_options the library accepts: the header and every field
+ * up to `pooled` (offsetof(pooler_options, transport)). */
+#define POOLER_OPTIONS_MIN_SIZE 72
+/* pooler_options_init's defaults, except that `batches` is empty (NULL, 0):
+ * set layers and batches before pooler_create. */
+#define POOLER_OPTIONS_INITIALIZER                                                                                  \
+  {                                                                                                                 \
+    sizeof(pooler_options), POOLER_OPTIONS_MAGIC, POOLER_ABI_VERSION, NULL, 0, NULL, 0, 32, 1, 10000000000LL, 8192, \
+        4096, POOLER_TRANSPORT_AUTO, 0                                                                              \
+  }
 
 /* A view of device memory: a contiguous row-major [rows, cols] matrix of
  * `dtype` elements at `data`. No ownership. */
@@ -123,15 +180,26 @@ typedef struct pooler_expert_input {
   pooler_tensor normed;
 } pooler_expert_input;
 
-/* Who did not publish in time (pooler::PeerTimeout's fields). */
+/* Who did not publish in time (pooler::PeerTimeout's fields). Growable (a
+ * timeout may come to say more: inside a graph replay, when): set the header
+ * (POOLER_PEER_TIMEOUT_INFO_INITIALIZER) before pooler_peer_timeout, which
+ * writes the fields that the caller's size holds and leaves the header. */
 typedef struct pooler_peer_timeout_info {
-  int32_t occurred; /* 0: this Pooler has seen no timeout, and the fields below are 0 */
-  int32_t rank;     /* the rank that gave up waiting (this one) */
+  size_t size;          /* sizeof(pooler_peer_timeout_info) */
+  unsigned int magic;   /* POOLER_PEER_TIMEOUT_INFO_MAGIC */
+  unsigned int version; /* POOLER_ABI_VERSION */
+  int32_t occurred;     /* 0: this Pooler has seen no timeout, and the fields below are 0 */
+  int32_t rank;         /* the rank that gave up waiting (this one) */
   int32_t missing_peer;
   int32_t layer;
   int32_t stage;
   uint64_t elapsed_ns;
 } pooler_peer_timeout_info;
+
+/* Every field: the smallest pooler_peer_timeout_info the library accepts. */
+#define POOLER_PEER_TIMEOUT_INFO_MIN_SIZE 48
+#define POOLER_PEER_TIMEOUT_INFO_INITIALIZER \
+  { sizeof(pooler_peer_timeout_info), POOLER_PEER_TIMEOUT_INFO_MAGIC, POOLER_ABI_VERSION, 0, 0, 0, 0, 0, 0 }
 
 /* ---- the library ---------------------------------------------------------- */
 
@@ -171,10 +239,12 @@ POOLER_C_API pooler_status pooler_comm_destroy(pooler_comm_t comm);
 
 /* ---- the Pooler ----------------------------------------------------------- */
 
-/* Fills `options` with the C++ API's defaults (no layers, batches {8},
- * capacity 32, PDL on, 10 s timeout, H 8192, P 4096, transport AUTO, NVLS
- * refused). */
-POOLER_C_API pooler_status pooler_options_init(pooler_options* options);
+/* Fills the `size` bytes at `options` (sizeof(pooler_options) in the caller's
+ * header, which sets options->size; POOLER_OPTIONS_MIN_SIZE at least) with
+ * the header and the C++ API's defaults (no layers, batches {8}, capacity 32,
+ * PDL on, 10 s timeout, H 8192, P 4096, transport AUTO, NVLS refused); writes
+ * nothing past them. */
+POOLER_C_API pooler_status pooler_options_init(pooler_options* options, size_t size);
 /* Collective: builds this rank's Pooler over `comm` (which must outlive it),
  * compiling or loading every kernel form. Every rank must pass the same
  * configuration (pointers aside): a mismatch or bad input on one rank fails
@@ -233,7 +303,8 @@ POOLER_C_API pooler_status pooler_last_projection(pooler_t pooler, pooler_tensor
  * no synchronization). After a timeout every call on this Pooler returns
  * POOLER_PEER_TIMEOUT: destroy it and build another. */
 POOLER_C_API pooler_status pooler_check(pooler_t pooler);
-/* The details of the timeout this Pooler saw, if any. */
+/* The details of the timeout this Pooler saw, if any, into `info` (whose
+ * header the caller set: POOLER_PEER_TIMEOUT_INFO_INITIALIZER). */
 POOLER_C_API pooler_status pooler_peer_timeout(pooler_t pooler, pooler_peer_timeout_info* info);
 
 /* This rank, the tensor-parallel size and the CUDA device. */

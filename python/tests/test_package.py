@@ -24,31 +24,45 @@ def test_version_is_the_projects():
 
 def test_library_is_bundled_and_speaks_this_abi():
     assert pooler.library_path().is_file()
-    assert pooler._library.library().pooler_abi_version() == _layout.ABI_VERSION == 3
+    assert pooler._library.library().pooler_abi_version() == _layout.ABI_VERSION == 4
 
 
 def test_layouts_are_the_c_compilers():
     _abi.check()  # also ran at import
     sizes = {name: size for name, size, _fields in _layout.STRUCTS}
     # The sizes runtime/c_api.cpp asserts (a change there is a new ABI version).
-    assert sizes == {"pooler_unique_id": 128, "pooler_layer_desc": 32, "pooler_options": 64, "pooler_tensor": 32,
-                     "pooler_expert_input": 104, "pooler_peer_timeout_info": 32}
-    assert _abi.Options.spin_timeout_ns.offset == 40 and _abi.Options.pooled.offset == 52
-    assert _abi.Options.transport.offset == 56 and _abi.Options.allow_nvls.offset == 60
-    assert _abi.ExpertInput.packed.offset == 8 and _abi.PeerTimeoutInfo.elapsed_ns.offset == 24
+    assert sizes == {"pooler_unique_id": 128, "pooler_layer_desc": 48, "pooler_options": 80, "pooler_tensor": 32,
+                     "pooler_expert_input": 104, "pooler_peer_timeout_info": 48}
+    assert _abi.Options.spin_timeout_ns.offset == 56 and _abi.Options.pooled.offset == 68
+    assert _abi.Options.transport.offset == 72 and _abi.Options.allow_nvls.offset == 76
+    assert _abi.ExpertInput.packed.offset == 8 and _abi.PeerTimeoutInfo.elapsed_ns.offset == 40
     assert ctypes.sizeof(_abi.UniqueId) == 128
+
+
+def test_growable_structs_start_with_their_header():
+    # As pooler.h's POOLER_*_INITIALIZER: size, magic, version, then the fields given.
+    layer = _abi.LayerDesc(1, 2, 3, 1e-5, 1.0)
+    assert (layer.size, layer.magic, layer.version) == (48, _abi.CONSTANTS["POOLER_LAYER_DESC_MAGIC"], 4)
+    assert (layer.weight, layer.norm_weight, layer.global_scale, layer.gain_center) == (1, 2, 3, 1.0)
+    info = _abi.PeerTimeoutInfo()
+    assert (info.size, info.magic, info.occurred) == (48, _abi.CONSTANTS["POOLER_PEER_TIMEOUT_INFO_MAGIC"], 0)
+    assert not hasattr(_abi.Tensor(), "size")
 
 
 def test_options_init_fills_the_defaults():
     options = _abi.Options()
-    pooler._library.call("pooler_options_init", ctypes.byref(options))
+    options.magic = 0
+    pooler._library.call("pooler_options_init", ctypes.byref(options), ctypes.sizeof(options))
+    assert (options.size, options.magic, options.version) == (80, _abi.CONSTANTS["POOLER_OPTIONS_MAGIC"], 4)
     assert (options.num_batches, options.batches[0], options.capacity, options.enable_pdl) == (1, 8, 32, 1)
     assert (options.hidden, options.pooled, options.spin_timeout_ns) == (8192, 4096, 10 ** 10)
+    with pytest.raises(pooler.InvalidArgument, match="size is 56"):
+        pooler._library.call("pooler_options_init", ctypes.byref(options), 56)
 
 
 def test_errors_carry_the_librarys_message():
     with pytest.raises(pooler.InvalidArgument, match="options is NULL") as caught:
-        pooler._library.call("pooler_options_init", None)
+        pooler._library.call("pooler_options_init", None, ctypes.sizeof(_abi.Options))
     assert isinstance(caught.value, ValueError) and caught.value.status == "POOLER_INVALID_ARGUMENT"
     with pytest.raises(ValueError, match="pooler is NULL"):
         pooler._library.call("pooler_run_into", None, 0, 0, 8, None, None)

@@ -22,6 +22,17 @@ def _resolve(name, structs):
                       "python/abi_layout.c needs a mapping for it")
 
 
+def _growable_init(magic):
+    """The __init__ of a growable struct (one that starts with size, magic and version, as
+    pooler.h's POOLER_*_INITIALIZER fill them): the header is set, the positional and keyword
+    arguments fill the fields after it."""
+
+    def __init__(self, *args, **kwargs):
+        ctypes.Structure.__init__(self, ctypes.sizeof(self), magic, ABI_VERSION, *args, **kwargs)
+
+    return __init__
+
+
 def _build():
     structs = {}
     for struct_name, size, fields in _layout.STRUCTS:
@@ -29,7 +40,10 @@ def _build():
         for field, type_name, count, _offset, _size in fields:
             ctype = _resolve(type_name, structs)
             declared.append((field, ctype * count if count else ctype))
-        structs[struct_name] = type(struct_name, (ctypes.Structure,), {"_fields_": declared})
+        namespace = {"_fields_": declared}
+        if [field[0] for field in fields[:3]] == ["size", "magic", "version"]:
+            namespace["__init__"] = _growable_init(CONSTANTS[struct_name.upper() + "_MAGIC"])
+        structs[struct_name] = type(struct_name, (ctypes.Structure,), namespace)
     return structs
 
 

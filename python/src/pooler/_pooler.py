@@ -266,7 +266,7 @@ class Pooler:
                                                 float(layer.eps), float(layer.gain_center))
         self._batch_array = (ctypes.c_int * len(self.batches))(*self.batches)
         options = _abi.Options()
-        call("pooler_options_init", ctypes.byref(options))
+        call("pooler_options_init", ctypes.byref(options), ctypes.sizeof(options))
         options.layers = ctypes.cast(self._descs, ctypes.POINTER(_abi.LayerDesc))
         options.num_layers = len(self.layers)
         options.batches = ctypes.cast(self._batch_array, ctypes.POINTER(ctypes.c_int))
