@@ -448,6 +448,13 @@ pooler_status pooler_publish(pooler_t pooler, int b, void* stream) {
   });
 }
 
+pooler_status pooler_prefetch_weights(pooler_t pooler, int layer, void* stream) {
+  return guarded("pooler_prefetch_weights", pooler, [&] {
+    require_pooler(pooler);
+    pooler->pooler->prefetch_weights(layer, to_stream(stream));
+  });
+}
+
 pooler_status pooler_gather(pooler_t pooler, int layer, int b, void* stream, pooler_expert_input* out) {
   return guarded("pooler_gather", pooler, [&] {
     require_pooler(pooler);

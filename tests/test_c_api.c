@@ -438,6 +438,11 @@ static void gpu_part(void) {
   EXPECT_STATUS(pooler_run(pooler, 0, x + 2, 8, stream, &out), POOLER_INVALID_ARGUMENT, "16-byte aligned");
   EXPECT_STATUS(pooler_run(pooler, 0, x, 8, stream, NULL), POOLER_INVALID_ARGUMENT, "out is NULL");
   EXPECT_STATUS(pooler_gather(pooler, 0, 0, stream, &out), POOLER_INVALID_ARGUMENT, "b = 0");
+  EXPECT_STATUS(pooler_prefetch_weights(pooler, 2, stream), POOLER_INVALID_ARGUMENT, "layer 2");
+  EXPECT_STATUS(pooler_prefetch_weights(NULL, 0, stream), POOLER_INVALID_ARGUMENT, "pooler");
+  /* Prefetches (layer 1 before layer 0's run: out of order) change no output below. */
+  EXPECT_OK(pooler_prefetch_weights(pooler, 1, stream));
+  EXPECT_OK(pooler_prefetch_weights(pooler, 0, stream));
 
   /* 8192 x 1.0 x 2^-7 = 64 (BF16 0x4280); normed 64 / rms 64 * 2.0 = 2.0 (0x4000).
    * 8192 x 1.0 x 2^-6 = 128 (0x4300); normed 1.0: amax 1.0, scale 6 * (1 * 1/6) = 1.0

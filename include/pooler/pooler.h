@@ -271,6 +271,11 @@ POOLER_C_API pooler_status pooler_project(pooler_t pooler, int layer, uint64_t x
                                           pooler_tensor* block);
 POOLER_C_API pooler_status pooler_publish(pooler_t pooler, int b, void* stream);
 POOLER_C_API pooler_status pooler_gather(pooler_t pooler, int layer, int b, void* stream, pooler_expert_input* out);
+/* This rank's weight slice of `layer` into L2 (evict_last) ahead of its pooler_run: a
+ * fire-and-forget kernel on `stream` that an engine launches earlier in the layer (e.g.
+ * after o_proj, on a forked stream joined before pooler_run). Changes no output;
+ * graph-capturable, allocates, synchronizes and compiles nothing; any layer, any order. */
+POOLER_C_API pooler_status pooler_prefetch_weights(pooler_t pooler, int layer, void* stream);
 /* The same calls writing into the caller's device memory (for frameworks that
  * own their outputs, such as torch.compile), with the same checks and the same
  * kernels; allocation-free and CUDA-graph capturable. The views are inputs:

@@ -56,6 +56,7 @@ _SIGNATURES = {
     "pooler_run": [_handle, _int, _u64, _int, _stream, _input_p],
     "pooler_project": [_handle, _int, _u64, _int, _stream, _tensor_p],
     "pooler_publish": [_handle, _int, _stream],
+    "pooler_prefetch_weights": [_handle, _int, _stream],
     "pooler_gather": [_handle, _int, _int, _stream, _input_p],
     "pooler_run_into": [_handle, _int, _u64, _int, _stream, _input_p],
     "pooler_project_into": [_handle, _int, _u64, _int, _stream, _tensor_p],

@@ -388,6 +388,15 @@ class Pooler:
         _check_tensor("block", block, torch.bfloat16, (b, self.width), self.device)
         self._call("pooler_publish_from", ctypes.byref(_desc(block)), self._stream())
 
+    def prefetch_weights(self, layer: int) -> None:
+        """Bring this rank's weight slice of `layer` into L2 ahead of its run(): a fire-and-forget
+        kernel on the current stream (eager or inside a CUDA graph; not a torch.compile op). Changes
+        no output; any layer, in any order."""
+        if _compiling():
+            raise RuntimeError("Pooler.prefetch_weights is not a torch.compile op: call it outside the compiled region")
+        self._check_layer(layer)
+        self._call("pooler_prefetch_weights", layer, self._stream())
+
     def gather(self, layer: int, b: int):
         """Consume the published blocks: the NVFP4 expert input (a, a_sf) for an NVFP4 layer,
         the normed BF16 rows for an edge layer."""
