@@ -131,7 +131,7 @@ int descriptors_on(const std::string& path) {
 // which a peer holds) when the process forks: the child that asks for the same
 // form must not wait on that compile, which no thread of the child will finish
 // (nor keep the parent's lock held through its copy of the thread's
-// descriptor). It gets the form once the parent's thread has published it.
+// descriptor). It gets the form from the parent's entry, or compiles it first.
 TEST(KernelCache, AForkedChildDoesNotWaitOnItsParentsCompile) {
   ScratchDir dir;
   CacheLocation location = at(dir.path());
@@ -178,7 +178,8 @@ TEST(KernelCache, AForkedChildDoesNotWaitOnItsParentsCompile) {
                                  << " (SIGALRM: it waited on its parent's compile)";
   EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0) << "2: a wrong entry, 3: it threw";
   EXPECT_LT(waited, std::chrono::seconds(35));
-  EXPECT_EQ(parent_origin, Origin::compiled);
+  // Whichever takes the lock first compiles; the other reads its entry.
+  EXPECT_NE(parent_origin, Origin::memory);
   EXPECT_EQ(entry_files(dir.path()).size(), 1u);
 }
 
