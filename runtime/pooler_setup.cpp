@@ -16,6 +16,7 @@
 #include "runtime/jit/log.hpp"
 #include "runtime/jit/sha256.hpp"
 #include "runtime/pooler_impl.hpp"
+#include "runtime/pooler_options.hpp"
 #include "runtime/tensor_view.hpp"
 #include "runtime/transport.hpp"
 
@@ -56,9 +57,7 @@ void Pooler::Impl::validate_locally() {
     }
   }
   check_transport(o.transport);
-  if (o.spin_timeout.count() <= 0) {
-    throw InvalidArgument(fmt::format("Pooler: spin_timeout {} ns must be positive", o.spin_timeout.count()));
-  }
+  check_spin_timeout(o.spin_timeout);
   for (std::size_t i = 0; i < o.layers.size(); ++i) {
     const PoolerLayer& layer = o.layers[i];
     const std::string name = fmt::format("layer {}", i);

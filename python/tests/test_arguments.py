@@ -62,6 +62,9 @@ def test_pooler_layer_defaults_to_an_edge_layer():
     (dict(layers=[]), ValueError, "layers is empty"),
     (dict(layers=["w"]), TypeError, "layers\\[0\\] is a str"),
     (dict(spin_timeout_s=0), ValueError, "spin_timeout_s is 0"),
+    # Not representable as int64 nanoseconds: refused, not wrapped (this one became 0.29 s).
+    (dict(spin_timeout_s=18446744074), ValueError, r"spin_timeout_s is 18446744074.0 s = 18446744074000000000 ns"),
+    (dict(spin_timeout_s=1e-12), ValueError, "spin_timeout_s is 1e-12 s = 0 ns; expected 1 ns to"),
     (dict(transport="mailbox"), ValueError, "transport is 'mailbox'; expected one of 'auto', 'lamport', 'nccl'"),
     (dict(transport=None), ValueError, "transport is None"),
     (dict(allow_nvls=1), TypeError, "allow_nvls is 1"),
