@@ -83,8 +83,8 @@ std::string Pooler::Impl::configuration_text() const {
                                  o.capacity, o.enable_pdl, o.spin_timeout.count());
   for (int b : batches) text += fmt::format("{},", b);
   if (o.gemm_shape) text += " gemm=" + describe(*o.gemm_shape);
-  text += fmt::format(" fuse_publish={} one_round_trip_consumer={} transport={} one_launch={}", o.fuse_publish,
-                      one_round_trip, to_string(o.transport), one_launch);
+  text += fmt::format(" fuse_publish={} one_round_trip_consumer={} transport={} one_launch={} allow_nvls={}",
+                      o.fuse_publish, one_round_trip, to_string(o.transport), one_launch, o.allow_nvls);
   text += fmt::format(" layers={}:", o.layers.size());
   for (const PoolerLayer& layer : o.layers) {
     text +=
@@ -131,7 +131,8 @@ void Pooler::Impl::agree_on_configuration(const std::string& local_error) {
   if (!different.empty()) {
     throw InvalidArgument(
         fmt::format("Pooler rank {}: rank(s) {} passed a different configuration than this rank ({}); "
-                    "every rank must pass the same layers, batches, capacity, PDL, timeout, H, P and transport",
+                    "every rank must pass the same layers, batches, capacity, PDL, timeout, H, P, transport and "
+                    "allow_nvls",
                     rank, fmt::join(different, ", "), configuration_text()));
   }
 }
@@ -343,7 +344,8 @@ void Pooler::Impl::choose_transport_collectively() {
 Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   // The environment first: without the opt-in, a process where NCCL may use NVLink
-  // multicast is refused whatever the arguments, before any collective.
+  // multicast is refused whatever the arguments, before any collective. (Ranks whose
+  // allow_nvls differ where NCCL_NVLS_ENABLE=0 fail in the configuration vote.)
   check_nvls(options.allow_nvls);
   if (comm == nullptr) {
     throw InvalidArgument("Pooler: the NCCL communicator is null");
@@ -373,8 +375,13 @@ Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<
     s.scales = DeviceBuffer(capacity * pooled / 16);
     s.rows = DeviceBuffer(capacity * pooled * 2);
     s.normed = DeviceBuffer(capacity * pooled * 2);
-  } catch (const Error& error) {
+  } catch (const std::exception& error) {
+    // Any type (std::bad_alloc, std::system_error, ...), not only pooler::Error:
+    // every failure reaches the vote, so that no peer is left waiting in it.
     local_error = fmt::format("Pooler rank {}: {}", s.rank, error.what());
+    local_failure = std::current_exception();
+  } catch (...) {
+    local_error = fmt::format("Pooler rank {}: an exception that is not a std::exception", s.rank);
     local_failure = std::current_exception();
   }
   s.agree_on_configuration(local_error);  // throws if another rank failed or differs
@@ -396,8 +403,10 @@ Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<
     }
     s.load();
     s.setup_stream->synchronize();
-  } catch (const Error& error) {
+  } catch (const std::exception& error) {  // any type, as above
     local_error = fmt::format("Pooler rank {}: {}", s.rank, error.what());
+  } catch (...) {
+    local_error = fmt::format("Pooler rank {}: an exception that is not a std::exception", s.rank);
   }
   // Nobody publishes before every rank has filled its mailbox with the sentinel.
   s.agree_on_success(local_error, "preparing the transport and loading the kernels");

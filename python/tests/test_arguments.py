@@ -108,3 +108,27 @@ def test_nvlink_multicast_must_be_off(group, monkeypatch):
 def test_group_must_be_a_process_group():
     with pytest.raises(TypeError, match="group is str"):
         build("world")
+
+
+def test_a_failure_of_any_type_reaches_the_vote(group, monkeypatch):
+    """A validation error that is not TypeError/ValueError/PoolerError (a RuntimeError from torch)
+    still goes through the all-gather that tells the other ranks, so none is left waiting there."""
+    import torch.distributed as dist
+
+    from pooler import _pooler
+
+    def refuse(self, *args):
+        raise RuntimeError("CUDA error: out of memory (from torch)")
+
+    gathers = []
+    real = dist.all_gather
+
+    def counting(*args, **kwargs):
+        gathers.append(kwargs.get("group"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_pooler.Pooler, "_validate", refuse)
+    monkeypatch.setattr(dist, "all_gather", counting)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        build(group)
+    assert gathers == [group], "the failure skipped the vote"

@@ -169,7 +169,7 @@ class Pooler:
         try:
             self._validate_transport(transport, allow_nvls, nccl_comm)
             self._validate(group, tp, rank, device, layers, batches, capacity, enable_pdl, spin_timeout_s)
-        except (TypeError, ValueError, PoolerError) as caught:
+        except Exception as caught:  # noqa: BLE001 (any type: a torch RuntimeError must reach the vote too)
             error = caught
         # Every rank learns whether any failed, so that none is left waiting in NCCL.
         self._agree(group, error, device)
