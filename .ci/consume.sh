@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs BUILD_DIR into PREFIX, checks the installed libpooler.so (SONAME with
 # the ABI version, nothing of CUDA needed at load time, only pooler's symbols
-# exported), builds tests/consumer against it with find_package(pooler) and
-# with pkg-config, and runs both (version and device count; no GPU needed).
+# exported, no empty or relative RUNPATH element, nor in the tools), builds
+# tests/consumer against it with find_package(pooler) and with pkg-config, and
+# runs both (version and device count; no GPU needed).
 #
 #   .ci/consume.sh BUILD_DIR PREFIX
 set -euo pipefail
@@ -22,6 +23,10 @@ if objdump -p "$library" | awk '/NEEDED/ {print $2}' | grep -E 'libcuda|libnvrtc
   exit 1
 fi
 cmake -DNM=nm -DLIBRARY="$library" -DHEADER=include/pooler/pooler.h -P tests/check_c_api_symbols.cmake
+# The installed files' RUNPATH: no empty or relative element (the current directory).
+cmake -DREADELF=readelf -DLIBRARY="$library" \
+  "-DBINARIES=$prefix/bin/pooler-cubin;$prefix/bin/pooler-bench;$prefix/bin/pooler-kernel-bench" \
+  -P tests/check_load_dependencies.cmake
 ls "$prefix"/include/pooler/pooler.h "$prefix"/include/pooler/pooler.hpp "$prefix"/lib*/cmake/pooler/poolerConfig.cmake \
   "$prefix"/lib*/pkgconfig/pooler.pc "$prefix"/bin/pooler-cubin "$prefix"/bin/pooler-bench >/dev/null
 

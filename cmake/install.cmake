@@ -3,6 +3,16 @@
 include(CMakePackageConfigHelpers)
 set(POOLER_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/pooler)
 
+# What installs is built with its install RUNPATH (the folders of NCCL and
+# cuBLAS, absolute), so that CMake neither rewrites it at install nor pads the
+# build tree's copy with an empty element (the current directory) to make room
+# for that rewrite. None of them links anything of the build tree at run time.
+set(POOLER_INSTALLED_TARGETS pooler)
+if(POOLER_BUILD_TOOLS)
+  list(APPEND POOLER_INSTALLED_TARGETS pooler-cubin pooler-bench pooler-kernel-bench)
+endif()
+set_target_properties(${POOLER_INSTALLED_TARGETS} PROPERTIES BUILD_WITH_INSTALL_RPATH ON)
+
 install(TARGETS pooler EXPORT poolerTargets
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT development)
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/pooler DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} COMPONENT development)

@@ -46,7 +46,9 @@ const PoolerLayer& Pooler::Impl::layer_at(int layer, const char* call) const {
   return options.layers[static_cast<std::size_t>(layer)];
 }
 
-const PoolerGemm& Pooler::Impl::gemm_for(int b, const char* call, CUstream stream) const {
+// b as the caller gave it (a tensor's 64-bit row count), checked before any
+// narrowing: 2^33 rows are not b = 0.
+const PoolerGemm& Pooler::Impl::gemm_for(std::int64_t b, const char* call, CUstream stream) const {
   if (b < 1 || b > options.capacity || gemm_by_rows[static_cast<std::size_t>(b)] == nullptr) {
     throw InvalidArgument(fmt::format("Pooler::{}: b = {} is not a compiled batch (compiled: {}; capacity {}){}", call,
                                       b, fmt::join(options.batches, ", "), options.capacity,
@@ -58,12 +60,13 @@ const PoolerGemm& Pooler::Impl::gemm_for(int b, const char* call, CUstream strea
   return *gemm_by_rows[static_cast<std::size_t>(b)];
 }
 
-int Pooler::Impl::rows_of(const TensorView& x, const char* call) const {
+int Pooler::Impl::rows_of(const TensorView& x, const char* call, CUstream stream) const {
   if (x.dtype != DType::bf16 || x.dims != 2 || x.shape[1] != options.hidden || !x.contiguous() || x.data % 16 != 0 ||
       x.data == 0) {
     throw InvalidArgument(fmt::format("Pooler::{}: x is {}; expected BF16 [b, {}], contiguous, 16-byte aligned", call,
                                       x.describe(), options.hidden));
   }
+  gemm_for(x.shape[0], call, stream);  // a compiled batch, so within int
   return static_cast<int>(x.shape[0]);
 }
 
@@ -174,7 +177,7 @@ TensorView Pooler::project(int layer, const TensorView& x, CUstream stream) {
   Impl& s = *impl_;
   s.check_usable();
   s.layer_at(layer, "project");
-  const int b = s.rows_of(x, "project");
+  const int b = s.rows_of(x, "project", stream);
   return project(layer, x, TensorView::matrix(s.shard.get(), DType::bf16, b, s.layout.width()), stream);
 }
 
@@ -182,7 +185,7 @@ TensorView Pooler::project(int layer, const TensorView& x, const TensorView& blo
   Impl& s = *impl_;
   s.check_usable();
   const PoolerLayer& spec = s.layer_at(layer, "project");
-  const int b = s.rows_of(x, "project");
+  const int b = s.rows_of(x, "project", stream);
   s.check_out(block, "project", "block", DType::bf16, b, s.layout.width());
   const PoolerGemm& gemm = s.gemm_for(b, "project", stream);
   ensure_current(s.context->get());
@@ -200,8 +203,8 @@ void Pooler::publish(int b, CUstream stream) {
 void Pooler::publish(const TensorView& block, CUstream stream) {
   Impl& s = *impl_;
   s.check_usable();
-  const int b = block.dims == 2 ? static_cast<int>(block.shape[0]) : 0;
-  s.gemm_for(b, "publish", stream);
+  s.gemm_for(block.dims == 2 ? block.shape[0] : 0, "publish", stream);
+  const int b = static_cast<int>(block.shape[0]);  // a compiled batch, so within int
   s.check_out(block, "publish", "block", DType::bf16, b, s.layout.width());
   ensure_current(s.context->get());
   if (s.transport == Transport::nccl) {
@@ -232,7 +235,7 @@ ExpertInput Pooler::run(int layer, const TensorView& x, CUstream stream) {
   Impl& s = *impl_;
   s.check_usable();
   const PoolerLayer& spec = s.layer_at(layer, "run");
-  const int b = s.rows_of(x, "run");
+  const int b = s.rows_of(x, "run", stream);
   const PoolerGemm& gemm = s.gemm_for(b, "run", stream);
   s.project_and_publish(spec, x, gemm, stream);
   return s.gather_to(layer, b, s.scratch_outputs(layer, b), stream, true);
@@ -242,7 +245,7 @@ ExpertInput Pooler::run(int layer, const TensorView& x, const ExpertInput& out, 
   Impl& s = *impl_;
   s.check_usable();
   const PoolerLayer& spec = s.layer_at(layer, "run");
-  const int b = s.rows_of(x, "run");
+  const int b = s.rows_of(x, "run", stream);
   const PoolerGemm& gemm = s.gemm_for(b, "run", stream);
   s.check_outputs(layer, b, out, "run");
   s.project_and_publish(spec, x, gemm, stream);

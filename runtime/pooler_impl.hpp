@@ -85,9 +85,10 @@ struct Pooler::Impl {
   PoolerForms plan;
   std::vector<Lookup> lookups;
   void check_usable() const;
-  const PoolerGemm& gemm_for(int b, const char* call, CUstream stream) const;
+  const PoolerGemm& gemm_for(std::int64_t b, const char* call, CUstream stream) const;
   const PoolerLayer& layer_at(int layer, const char* call) const;
-  int rows_of(const TensorView& x, const char* call) const;
+  // x's rows, a compiled batch (checked before narrowing), else InvalidArgument.
+  int rows_of(const TensorView& x, const char* call, CUstream stream) const;
   void check_out(const TensorView& view, const char* call, const char* what, DType dtype, std::int64_t height,
                  std::int64_t width) const;
   void check_outputs(int layer, int b, const ExpertInput& out, const char* call) const;

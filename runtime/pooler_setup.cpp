@@ -15,6 +15,7 @@
 #include "runtime/jit/log.hpp"
 #include "runtime/jit/sha256.hpp"
 #include "runtime/pooler_impl.hpp"
+#include "runtime/pooler_options.hpp"
 #include "runtime/tensor_view.hpp"
 #include "runtime/transport.hpp"
 
@@ -36,9 +37,7 @@ void Pooler::Impl::validate_locally() {
     }
   }
   check_transport(o.transport);
-  if (o.spin_timeout.count() <= 0) {
-    throw InvalidArgument(fmt::format("Pooler: spin_timeout {} ns must be positive", o.spin_timeout.count()));
-  }
+  check_spin_timeout(o.spin_timeout);
   for (std::size_t i = 0; i < o.layers.size(); ++i) {
     const PoolerLayer& layer = o.layers[i];
     const std::string name = fmt::format("layer {}", i);
@@ -64,7 +63,8 @@ std::string Pooler::Impl::configuration_text() const {
                                  o.capacity, o.enable_pdl, o.spin_timeout.count());
   for (int b : batches) text += fmt::format("{},", b);
   if (o.gemm_shape) text += " gemm=" + describe(*o.gemm_shape);
-  text += fmt::format(" fuse_publish={} transport={}", o.fuse_publish, to_string(o.transport));
+  text +=
+      fmt::format(" fuse_publish={} transport={} allow_nvls={}", o.fuse_publish, to_string(o.transport), o.allow_nvls);
   text += fmt::format(" layers={}:", o.layers.size());
   for (const PoolerLayer& layer : o.layers) {
     text +=
@@ -111,7 +111,8 @@ void Pooler::Impl::agree_on_configuration(const std::string& local_error) {
   if (!different.empty()) {
     throw InvalidArgument(
         fmt::format("Pooler rank {}: rank(s) {} passed a different configuration than this rank ({}); "
-                    "every rank must pass the same layers, batches, capacity, PDL, timeout, H, P and transport",
+                    "every rank must pass the same layers, batches, capacity, PDL, timeout, H, P, transport and "
+                    "allow_nvls",
                     rank, fmt::join(different, ", "), configuration_text()));
   }
 }
@@ -291,7 +292,8 @@ void Pooler::Impl::choose_transport_collectively() {
 Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   // The environment first: without the opt-in, a process where NCCL may use NVLink
-  // multicast is refused whatever the arguments, before any collective.
+  // multicast is refused whatever the arguments, before any collective. (Ranks whose
+  // allow_nvls differ where NCCL_NVLS_ENABLE=0 fail in the configuration vote.)
   check_nvls(options.allow_nvls);
   if (comm == nullptr) {
     throw InvalidArgument("Pooler: the NCCL communicator is null");
@@ -321,8 +323,13 @@ Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<
     s.scales = DeviceBuffer(capacity * pooled / 16);
     s.rows = DeviceBuffer(capacity * pooled * 2);
     s.normed = DeviceBuffer(capacity * pooled * 2);
-  } catch (const Error& error) {
+  } catch (const std::exception& error) {
+    // Any type (std::bad_alloc, std::system_error, ...), not only pooler::Error:
+    // every failure reaches the vote, so that no peer is left waiting in it.
     local_error = fmt::format("Pooler rank {}: {}", s.rank, error.what());
+    local_failure = std::current_exception();
+  } catch (...) {
+    local_error = fmt::format("Pooler rank {}: an exception that is not a std::exception", s.rank);
     local_failure = std::current_exception();
   }
   s.agree_on_configuration(local_error);  // throws if another rank failed or differs
@@ -344,8 +351,10 @@ Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<
     }
     s.load();
     s.setup_stream->synchronize();
-  } catch (const Error& error) {
+  } catch (const std::exception& error) {  // any type, as above
     local_error = fmt::format("Pooler rank {}: {}", s.rank, error.what());
+  } catch (...) {
+    local_error = fmt::format("Pooler rank {}: an exception that is not a std::exception", s.rank);
   }
   // Nobody publishes before every rank has filled its mailbox with the sentinel.
   s.agree_on_success(local_error, "preparing the transport and loading the kernels");

@@ -285,6 +285,9 @@ static void run_into_and_check(const cu_driver* driver, pooler_t pooler, void* s
   EXPECT_STATUS(pooler_publish_from(pooler, &block, stream), POOLER_INVALID_ARGUMENT, "block is");
   block.rows = 3;
   EXPECT_STATUS(pooler_publish_from(pooler, &block, stream), POOLER_INVALID_ARGUMENT, "b = 3");
+  /* 2^33 rows: refused as such, not narrowed to b = 0 first. */
+  block.rows = (int64_t)1 << 33;
+  EXPECT_STATUS(pooler_publish_from(pooler, &block, stream), POOLER_INVALID_ARGUMENT, "b = 8589934592");
   CU(driver->stream_sync(stream));
   CU(driver->free(memory));
 }
@@ -391,6 +394,10 @@ static void gpu_part(void) {
   options.transport = 7;
   EXPECT_STATUS(pooler_create(&pooler, comm, &options), POOLER_INVALID_ARGUMENT, "transport 7");
   options.transport = POOLER_TRANSPORT_AUTO;
+  options.spin_timeout_ns = INT64_MAX;
+  EXPECT_STATUS(pooler_create(&pooler, comm, &options), POOLER_INVALID_ARGUMENT,
+                "spin_timeout 9223372036854775807 ns must be positive and at most 3600000000000 ns");
+  options.spin_timeout_ns = 10000000000LL;
   CHECK(pooler == NULL);
 
   /* The nccl transport, forced: the same outputs as the mailbox's (below). */

@@ -110,6 +110,49 @@ TEST(CacheTrust, AFolderOfAnotherOwnerIsRefused) {
   expect_refused_after([](const std::string& folder) { ASSERT_EQ(::chown(folder.c_str(), 65534, 65534), 0); });
 }
 
+// Someone who can write the folder's parent renames the checked folder away and
+// puts a 0777 folder of theirs, holding a valid entry, at its path: the cache
+// that checked the first folder never reads nor writes the second.
+TEST(CacheTrust, AFolderSwappedAfterTheCheckIsNeverUsed) {
+  ScratchDir dir, donor_dir;
+  const std::string folder = dir / "cache";
+  const std::string moved = dir / "moved";
+  const Form form = fresh_form();
+  KernelCache donor(at(donor_dir.path()), TemplateLibrary::instance());
+  ASSERT_EQ(donor.get(form, "sm_90").origin, Origin::compiled);
+  const std::string name = DiskCache::entry_name(key_of(donor, form, "sm_90"));
+  const auto planted = read_file(donor_dir / name);
+  ASSERT_TRUE(planted.has_value());
+
+  KernelCache cache(at(folder), TemplateLibrary::instance());
+  ASSERT_TRUE(cache.disk().writable());
+  ASSERT_EQ(::rename(folder.c_str(), moved.c_str()), 0);
+  ASSERT_EQ(::mkdir(folder.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(folder.c_str(), 0777), 0);  // past the umask
+  write_bytes(folder + "/" + name, *planted);
+
+  EXPECT_EQ(cache.get(form, "sm_90").origin, Origin::compiled) << "an entry of the swapped-in folder was loaded";
+  EXPECT_EQ(entry_files(moved).size(), 1u) << "the compile is published in the folder that was checked";
+  EXPECT_EQ(entry_files(folder).size(), 1u) << "only the planted entry is in the swapped-in folder";
+  EXPECT_FALSE(fs::exists(folder + "/" + name + ".lock")) << "a lock was taken in the swapped-in folder";
+  // The cubin tool's listing (and a fresh cache) sees the folder it opened.
+  EXPECT_EQ(cache.disk().keys().size(), 1u);
+}
+
+// The folder's own path may not be a symlink (its parents may): what is
+// checked is the folder opened, never a link's target that can change.
+TEST(CacheTrust, ASymlinkAsTheFolderIsRefused) {
+  ScratchDir dir;
+  fs::create_directory(dir / "real");
+  ASSERT_EQ(::chmod((dir / "real").c_str(), 0700), 0);
+  fs::create_directory_symlink(dir / "real", dir / "link");
+  KernelCache linked(at(dir / "link"), TemplateLibrary::instance());
+  EXPECT_FALSE(linked.disk().readable());
+  fs::create_directory_symlink(dir.path(), dir / "parent");
+  KernelCache through_parent(at(dir / "parent/real"), TemplateLibrary::instance());
+  EXPECT_TRUE(through_parent.disk().writable()) << "a symlink among the parents is followed";
+}
+
 TEST(CacheTrust, SharedFoldersAreAnExplicitChoice) {
   ::unsetenv("POOLER_CACHE_SHARED");
   EXPECT_FALSE(CacheLocation::from_environment().shared);

@@ -1,16 +1,21 @@
 // The kernel cache: memory and disk hits, concurrent processes, corruption,
 // an unwritable directory, POOLER_CACHE=off, compile errors.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <thread>
 
 #include "pooler/error.hpp"
+#include "runtime/jit/compiler.hpp"
 #include "runtime/jit/cubin_elf.hpp"
 #include "runtime/jit/disk_cache.hpp"
 #include "runtime/jit/kernel_cache.hpp"
@@ -20,6 +25,7 @@
 namespace pooler {
 namespace {
 
+namespace fs = std::filesystem;
 using testing::entry_files;
 using testing::ScratchDir;
 
@@ -107,6 +113,74 @@ TEST(KernelCache, ThreadsAskingForOneFormCompileItOnce) {
   for (const auto& entry : seen) {
     EXPECT_EQ(entry.get(), seen.front().get());
   }
+}
+
+// How many of this process's descriptors are open on `path`.
+int descriptors_on(const std::string& path) {
+  const fs::path wanted = fs::canonical(path);
+  int count = 0;
+  std::error_code error;
+  for (const auto& link : fs::directory_iterator("/proc/self/fd", error)) {
+    std::error_code unreadable;
+    if (fs::read_symlink(link.path(), unreadable) == wanted) ++count;
+  }
+  return count;
+}
+
+// A thread of the parent is building a form (waiting for its entry's lock,
+// which a peer holds) when the process forks: the child that asks for the same
+// form must not wait on that compile, which no thread of the child will finish
+// (nor keep the parent's lock held through its copy of the thread's
+// descriptor). It gets the form from the parent's entry, or compiles it first.
+TEST(KernelCache, AForkedChildDoesNotWaitOnItsParentsCompile) {
+  ScratchDir dir;
+  CacheLocation location = at(dir.path());
+  location.lock_timeout = std::chrono::seconds(50);
+  KernelCache cache(location, TemplateLibrary::instance());
+  const Form form = fresh_form();
+  const std::string key = cache.key(form.render(cache.library()), compile_options("sm_90", form.fast_math()), "sm_90");
+  const std::string lock = cache.disk().entry_path(key) + ".lock";
+  const int peer = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(peer, 0);
+  ASSERT_EQ(::flock(peer, LOCK_EX | LOCK_NB), 0);
+  Origin parent_origin = Origin::memory;
+  std::thread building([&] { parent_origin = cache.get(form, "sm_90").origin; });
+  // The thread has its slot in flight once it opens the lock file.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (descriptors_on(lock) < 2 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(descriptors_on(lock), 2) << "the building thread never opened the entry's lock";
+
+  std::fflush(nullptr);
+  const auto forked = std::chrono::steady_clock::now();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::alarm(40);  // the parent's compile is never finished here: a wait for it ends with SIGALRM
+    ::close(peer);
+    int code = 1;
+    try {
+      const Lookup lookup = cache.get(form, "sm_90");
+      code = lookup.entry && lookup.entry->key == key && !lookup.entry->cubin.empty() ? 0 : 2;
+    } catch (const std::exception& error) {
+      std::fprintf(stderr, "child threw: %s\n", error.what());
+      code = 3;
+    }
+    _exit(code);
+  }
+  ASSERT_GT(child, 0) << "fork: " << std::strerror(errno);
+  ::close(peer);  // the peer is done: the building thread takes the lock, compiles and publishes
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  const auto waited = std::chrono::steady_clock::now() - forked;
+  building.join();
+  EXPECT_TRUE(WIFEXITED(status)) << "the child died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0)
+                                 << " (SIGALRM: it waited on its parent's compile)";
+  EXPECT_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : -1, 0) << "2: a wrong entry, 3: it threw";
+  EXPECT_LT(waited, std::chrono::seconds(35));
+  // Whichever takes the lock first compiles; the other reads its entry.
+  EXPECT_NE(parent_origin, Origin::memory);
+  EXPECT_EQ(entry_files(dir.path()).size(), 1u);
 }
 
 TEST(KernelCache, GetAllCompilesIndependentFormsAndKeepsOrder) {

@@ -17,6 +17,7 @@
 #include "pooler/pooler.hpp"
 #include "runtime/jit/cubin_elf.hpp"
 #include "runtime/jit/kernel_cache.hpp"
+#include "runtime/pooler_options.hpp"
 #include "runtime/transport.hpp"
 #include "support/forms.hpp"
 #include "support/process.hpp"
@@ -204,6 +205,21 @@ TEST(Pooler, DefaultOptionsAreMuseSpark) {
   EXPECT_GT(options.spin_timeout.count(), 0);
   EXPECT_EQ(options.transport, Transport::automatic);
   EXPECT_FALSE(options.allow_nvls);
+}
+
+// A consumer waits at most an hour for a peer; the error names the value and the cap
+// (INT64_MAX ns, 292 years, was accepted before).
+TEST(Pooler, SpinTimeoutIsCappedAtAnHour) {
+  EXPECT_NO_THROW(check_spin_timeout(std::chrono::nanoseconds(1)));
+  EXPECT_NO_THROW(check_spin_timeout(std::chrono::hours(1)));
+  EXPECT_EQ(kMaxSpinTimeout, std::chrono::hours(1));
+  expect_mentions(rejection([] { check_spin_timeout(std::chrono::hours(1) + std::chrono::nanoseconds(1)); }),
+                  {"spin_timeout 3600000000001 ns", "at most 3600000000000 ns", "one hour"});
+  expect_mentions(rejection([] { check_spin_timeout(std::chrono::nanoseconds::max()); }),
+                  {"spin_timeout 9223372036854775807 ns", "one hour"});
+  expect_mentions(rejection([] { check_spin_timeout(std::chrono::nanoseconds(0)); }),
+                  {"spin_timeout 0 ns", "positive"});
+  expect_mentions(rejection([] { check_spin_timeout(std::chrono::nanoseconds(-5)); }), {"spin_timeout -5 ns"});
 }
 
 // ---- transports and the NVLS opt-in -------------------------------------------------------------------

@@ -1096,6 +1096,11 @@ void mismatched(const RankEnv& env) {
          if (rank == 1) o.transport = Transport::nccl;
        },
        false, [](int) { return std::string("different configuration"); }},
+      {"allow_nvls on rank 0 only",
+       [](PoolerOptions& o, int rank) {
+         if (rank == 0) o.allow_nvls = true;
+       },
+       false, [](int) { return std::string("different configuration"); }},
       {"a transport outside the enum on rank 0",
        [](PoolerOptions& o, int rank) {
          if (rank == 0) o.transport = static_cast<Transport>(7);

@@ -164,7 +164,17 @@ def run_suite(rank, tp, group, stock_group=None):
                 raise AssertionError(f"no {error.__name__} for {text}")
         torch.cuda.synchronize(device)
         p.check()
+        held = p.run(1, fresh_x(8, device, generator))
     p.close()
+    # Nothing handed out reaches the freed scratch, and every method refuses.
+    assert all(t.numel() == 0 for t in (*held, p.shard, p.packed, p.scales, p.normed)), "a view outlived close()"
+    for call in (lambda: p.last_projection(8), lambda: p.run(1, x), lambda: p.check()):
+        try:
+            call()
+        except pooler.PoolerError as caught:
+            assert "closed" in str(caught), str(caught)
+        else:
+            raise AssertionError("a closed Pooler accepted a call")
     return report
 
 

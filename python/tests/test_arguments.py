@@ -62,6 +62,9 @@ def test_pooler_layer_defaults_to_an_edge_layer():
     (dict(layers=[]), ValueError, "layers is empty"),
     (dict(layers=["w"]), TypeError, "layers\\[0\\] is a str"),
     (dict(spin_timeout_s=0), ValueError, "spin_timeout_s is 0"),
+    # Not representable as int64 nanoseconds: refused, not wrapped (this one became 0.29 s).
+    (dict(spin_timeout_s=18446744074), ValueError, r"spin_timeout_s is 18446744074.0 s = 18446744074000000000 ns"),
+    (dict(spin_timeout_s=1e-12), ValueError, "spin_timeout_s is 1e-12 s = 0 ns; expected 1 ns to"),
     (dict(transport="mailbox"), ValueError, "transport is 'mailbox'; expected one of 'auto', 'lamport', 'nccl'"),
     (dict(transport=None), ValueError, "transport is None"),
     (dict(allow_nvls=1), TypeError, "allow_nvls is 1"),
@@ -105,3 +108,27 @@ def test_nvlink_multicast_must_be_off(group, monkeypatch):
 def test_group_must_be_a_process_group():
     with pytest.raises(TypeError, match="group is str"):
         build("world")
+
+
+def test_a_failure_of_any_type_reaches_the_vote(group, monkeypatch):
+    """A validation error that is not TypeError/ValueError/PoolerError (a RuntimeError from torch)
+    still goes through the all-gather that tells the other ranks, so none is left waiting there."""
+    import torch.distributed as dist
+
+    from pooler import _pooler
+
+    def refuse(self, *args):
+        raise RuntimeError("CUDA error: out of memory (from torch)")
+
+    gathers = []
+    real = dist.all_gather
+
+    def counting(*args, **kwargs):
+        gathers.append(kwargs.get("group"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_pooler.Pooler, "_validate", refuse)
+    monkeypatch.setattr(dist, "all_gather", counting)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        build(group)
+    assert gathers == [group], "the failure skipped the vote"

@@ -1,6 +1,7 @@
 """torch.ops.pooler.* without a GPU: the fake implementations give the outputs' shapes and
 dtypes, and torch.compile(fullgraph=True) traces a model that calls every op, keeping them
-in program order (the token), on the meta device."""
+in program order (the token), on the meta device. And what close() and the garbage collector
+do to a Pooler's Python side (over CPU tensors, the library's calls recorded)."""
 
 import re
 
@@ -95,3 +96,96 @@ def test_compile_fullgraph_keeps_every_op_in_order(pooler_id):
     order = [match.group(1) for match in re.finditer(r"pooler\.(run|project|publish|gather)\.default", graph)]
     # publish returns nothing and is still there: the token's mutation chains every op.
     assert order == ["run", "run", "project", "publish", "gather", "run"], graph
+
+
+# ---- close() and collection, without a library Pooler --------------------------------------------
+
+@pytest.fixture
+def unbuilt(monkeypatch):
+    """A Pooler as _build leaves it, over CPU tensors as its scratch, with the library's calls
+    recorded instead of made (its handle is a dummy that reaches no library)."""
+    import ctypes
+
+    import torch
+
+    from pooler import _ops, _pooler
+
+    calls = []
+    monkeypatch.setattr(_pooler, "call", lambda name, *args, **kwargs: calls.append(name))
+
+    def make():
+        p = _pooler.Pooler.__new__(_pooler.Pooler)
+        p._handle, p._comm, p._id, p._closed, p._views, p._row_views = (ctypes.c_void_p(0x1000), ctypes.c_void_p(),
+                                                                         None, False, [], {})
+        p.hidden, p.pooled, p.width, p.rank, p.batches = H, P, P // TP, 0, (1, 8)
+        p.layers, p._nvfp4, p.device = (None, None), (True, False), torch.device("cpu")
+        p._stream = lambda: ctypes.c_void_p()
+        capacity = 8
+        p._keep_scratch(torch.randn(capacity, P // TP).to(torch.bfloat16),
+                        torch.randint(0, 256, (capacity, P // 2), dtype=torch.uint8),
+                        torch.randint(0, 256, (capacity, P // 16), dtype=torch.uint8),
+                        torch.randn(capacity, P).to(torch.bfloat16))
+        p._id = _ops.register(p)
+        return p
+
+    return make, calls
+
+
+def test_close_releases_every_view_and_refuses_every_method(unbuilt):
+    import torch
+
+    import pooler
+
+    make, calls = unbuilt
+    p = make()
+    x = torch.randn(8, H).to(torch.bfloat16)
+    packed, scales = p.run(0, x)
+    normed = p.run(1, x)
+    block = p.last_projection(8)
+    assert calls == ["pooler_run", "pooler_run"]
+    assert packed.shape == (8, P // 2) and scales.dtype == torch.float8_e4m3fn and normed.shape == (8, P)
+    assert p.run(0, x)[0] is packed, "one view per (scratch, b): nothing made per call"
+    expected = p.shard[:8].clone()
+    assert torch.equal(block, expected)
+    pooler_id = p._id
+
+    p.close()
+    assert calls[-1] == "pooler_destroy"
+    for name, view in [("packed", packed), ("scales", scales), ("normed", normed), ("last_projection", block),
+                       ("shard", p.shard), ("packed attribute", p.packed), ("scales attribute", p.scales),
+                       ("normed attribute", p.normed)]:
+        assert view.numel() == 0, f"{name} still reaches the freed scratch"
+        with pytest.raises(IndexError):
+            view[0]
+    assert packed.shape == (0, P // 2) and scales.dtype == torch.float8_e4m3fn and normed.shape == (0, P)
+    refused = [lambda: p.run(0, x), lambda: p.project(0, x), lambda: p.publish(8), lambda: p.gather(0, 8),
+               lambda: p.last_projection(8), lambda: p.is_nvfp4(0), lambda: p.outputs(0, 8), lambda: p.warm_up(),
+               lambda: p.check(), lambda: p.transport, lambda: p.forms, lambda: p.run_into(0, x, ()),
+               lambda: p.project_into(0, x, None), lambda: p.gather_into(0, 8, ())]
+    for use in refused:
+        with pytest.raises(pooler.PoolerError, match="closed"):
+            use()
+    assert calls == ["pooler_run"] * 3 + ["pooler_destroy"], "a closed Pooler called the library"
+    with pytest.raises(ValueError, match="not a live Pooler"):
+        torch.ops.pooler.run(pooler_id, 0, meta(8, H), meta(1, dtype=torch.int32))
+    p.close()  # a second close does nothing
+    assert calls.count("pooler_destroy") == 1
+
+
+def test_an_unclosed_pooler_is_collected_with_a_warning(unbuilt):
+    import gc
+    import weakref
+
+    from pooler import _ops
+
+    make, calls = unbuilt
+    p = make()
+    pooler_id, alive = p._id, weakref.ref(p)
+    assert _ops._pooler(pooler_id) is p
+    with pytest.warns(ResourceWarning, match="collected without close"):
+        del p
+        gc.collect()
+    assert alive() is None, "the op registry kept the Pooler alive"
+    assert calls == ["pooler_destroy"]
+    with pytest.raises(ValueError, match="not a live Pooler"):
+        _ops._pooler(pooler_id)

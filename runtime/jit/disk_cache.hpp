@@ -10,8 +10,14 @@
 // What it trusts (docs/RUNTIME.md, "What the cache trusts"): a folder owned by
 // this user and writable by nobody else, unless POOLER_CACHE_SHARED=1; entry
 // and lock paths are opened without following symlinks, must be regular files,
-// and entries are read only up to kMaxEntryBytes.
+// and entries are read only up to kMaxEntryBytes. The folder is opened once
+// (O_DIRECTORY | O_NOFOLLOW), its owner and mode are checked on that
+// descriptor, and every entry, lock and temporary file is opened, renamed and
+// removed relative to it: a folder swapped in at the same path afterwards is
+// never read or written.
 #pragma once
+
+#include <fcntl.h>
 
 #include <atomic>
 #include <chrono>
@@ -42,13 +48,37 @@ struct CacheLocation {
 // cache opens its folder.
 inline constexpr std::chrono::minutes kStaleTemporaryAge{10};
 
+// An open file descriptor, closed on destruction.
+class FileDescriptor {
+ public:
+  FileDescriptor() = default;
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor();
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  // Closes the one held, holds `fd`.
+  void reset(int fd = -1);
+  // Gives the descriptor up without closing it.
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
 // Holds an exclusive flock on a file; released on destruction.
 class FileLock {
  public:
-  // Waits up to `timeout` for the lock; `held()` is false when it timed out
+  // Waits up to `timeout` for the lock on `name` in the folder `directory`
+  // (a descriptor, or AT_FDCWD); `held()` is false when it timed out
   // or the lock file could not be created or is not a regular file (a
-  // symlink at `path` is never followed).
-  FileLock(const std::string& path, std::chrono::milliseconds timeout);
+  // symlink at `name` is never followed). `shown` names it in warnings.
+  FileLock(int directory, const std::string& name, const std::string& shown, std::chrono::milliseconds timeout);
   ~FileLock();
   FileLock(const FileLock&) = delete;
   FileLock& operator=(const FileLock&) = delete;
@@ -91,7 +121,12 @@ class DiskCache {
   // Keys of the entry files present (sorted; names that are not 64 hex
   // digits are ignored), for the cubin tool.
   std::vector<std::string> keys() const;
+  // The entry's path, for messages and tests; the cache itself opens
+  // `entry_name(key)` relative to its folder's descriptor.
   std::string entry_path(const std::string& key) const;
+  static std::string entry_name(const std::string& key);
+  // Locks the entry of `key` (its "<key>.entry.lock" in the folder).
+  void lock(const std::string& key, std::optional<FileLock>& lock, std::chrono::milliseconds timeout) const;
 
   // How long the next lock should wait: the location's timeout until one wait
   // has timed out, then none (a peer that holds one lock that long is hung,
@@ -103,6 +138,8 @@ class DiskCache {
   void remove_stale_temporaries() const;
 
   CacheLocation location_;
+  // The folder, opened once at construction and checked on this descriptor.
+  FileDescriptor folder_;
   bool readable_ = false;
   bool writable_ = false;
   mutable std::atomic<bool> lock_timed_out_{false};
@@ -116,6 +153,11 @@ bool write_all(int fd, std::span<const unsigned char> bytes);
 // exist; throws CorruptEntry (naming the path) for anything else that is not
 // a readable regular file within the bound.
 std::optional<std::vector<unsigned char>> read_entry_file(const std::string& path,
+                                                          std::size_t max_bytes = kMaxEntryBytes);
+// The same for `name` in the folder `directory` (a descriptor); `shown` names
+// it in errors.
+std::optional<std::vector<unsigned char>> read_entry_file(int directory, const std::string& name,
+                                                          const std::string& shown,
                                                           std::size_t max_bytes = kMaxEntryBytes);
 
 // The same, for tests: nothing also when the file is bad.

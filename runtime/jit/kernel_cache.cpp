@@ -1,7 +1,10 @@
 #include "runtime/jit/kernel_cache.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <exception>
 #include <thread>
 
@@ -13,6 +16,17 @@
 
 namespace pooler {
 namespace {
+
+// Every live KernelCache, for the fork handlers.
+struct LiveCaches {
+  std::mutex mutex;
+  std::vector<KernelCache*> caches;
+};
+
+LiveCaches& live_caches() {
+  static LiveCaches live;
+  return live;
+}
 
 std::string joined(const std::vector<std::string>& parts) {
   std::string text;
@@ -42,7 +56,53 @@ KernelCache& KernelCache::global() {
 }
 
 KernelCache::KernelCache(CacheLocation location, const TemplateLibrary& library)
-    : library_(library), disk_(std::move(location)) {}
+    : library_(library), disk_(std::move(location)) {
+  track(this, true);
+}
+
+KernelCache::~KernelCache() { track(this, false); }
+
+void KernelCache::track(KernelCache* cache, bool live) {
+  static std::once_flag handlers;
+  std::call_once(handlers, [] {
+    if (const int status = ::pthread_atfork(&prepare_fork, &parent_after_fork, &child_after_fork); status != 0) {
+      log().warn("pthread_atfork: {} (error {}); a child forked while a thread compiles may wait for that compile",
+                 std::strerror(status), status);
+    }
+  });
+  LiveCaches& all = live_caches();
+  std::lock_guard guard(all.mutex);
+  if (live) {
+    all.caches.push_back(cache);
+  } else {
+    all.caches.erase(std::remove(all.caches.begin(), all.caches.end(), cache), all.caches.end());
+  }
+}
+
+void KernelCache::prepare_fork() {
+  LiveCaches& all = live_caches();
+  all.mutex.lock();
+  for (KernelCache* cache : all.caches) cache->mutex_.lock();
+}
+
+void KernelCache::parent_after_fork() {
+  LiveCaches& all = live_caches();
+  for (KernelCache* cache : all.caches) cache->mutex_.unlock();
+  all.mutex.unlock();
+}
+
+void KernelCache::child_after_fork() {
+  LiveCaches& all = live_caches();
+  for (KernelCache* cache : all.caches) {
+    // A slot not ready is a compile (or a disk read) of a thread that the child
+    // does not have: its promise is never kept here. The next request starts afresh.
+    std::erase_if(cache->memory_, [](const auto& slot) {
+      return slot.second.wait_for(std::chrono::seconds(0)) != std::future_status::ready;
+    });
+    cache->mutex_.unlock();
+  }
+  all.mutex.unlock();
+}
 
 std::string KernelCache::key(const std::string& source, const std::vector<std::string>& options,
                              const std::string& architecture) const {
@@ -157,7 +217,7 @@ std::shared_ptr<const CacheEntry> KernelCache::load_or_compile(const Form& form,
 
 void KernelCache::lock_entry(const std::string& key, std::optional<FileLock>& lock) {
   if (disk_.writable()) {
-    lock.emplace(disk_.entry_path(key) + ".lock", disk_.lock_timeout());
+    disk_.lock(key, lock, disk_.lock_timeout());
     if (lock->timed_out()) {
       disk_.note_lock_timed_out();
     }

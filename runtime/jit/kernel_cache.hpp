@@ -4,6 +4,8 @@
 // one key in a process wait on one compile; across processes the disk
 // cache's per-entry lock does the same. An entry read from disk whose cubin
 // the driver refuses is dropped and compiled again once (CacheEntry::recompile).
+// A child forked while a thread compiles starts without its parent's compiles
+// in flight (pthread_atfork): no thread of the child would ever finish them.
 #pragma once
 
 #include <atomic>
@@ -56,6 +58,9 @@ class KernelCache {
   static KernelCache& global();
 
   KernelCache(CacheLocation location, const TemplateLibrary& library);
+  ~KernelCache();
+  KernelCache(const KernelCache&) = delete;
+  KernelCache& operator=(const KernelCache&) = delete;
 
   // The compiled form for `architecture` ("sm_90"). Throws CompileError.
   Lookup get(const Form& form, const std::string& architecture);
@@ -96,6 +101,14 @@ class KernelCache {
   // caches with a fresh compile, bypassing the disk; threads that find it
   // refused at once share one compile and one warning.
   std::shared_ptr<const CacheEntry> recompile(const CacheEntry& stale, const Form& form, const std::string& why);
+
+  // fork (pthread_atfork, for every live cache): the mutex is held across it,
+  // so that the child's is free, and the child forgets the slots still in
+  // flight, whose compiling threads it does not have.
+  static void track(KernelCache* cache, bool live);
+  static void prepare_fork();
+  static void parent_after_fork();
+  static void child_after_fork();
 
   const TemplateLibrary& library_;
   DiskCache disk_;

@@ -11,10 +11,14 @@ graph owns them; the library writes them through the *_into calls), always two
 [b, P / 16]) for an NVFP4 layer, (normed BF16 [b, P], an empty U8 [b, 0]) for a
 BF16 edge layer. The fake implementations need only the Pooler's shape,
 registered under its id.
+
+The registry holds each Pooler weakly: a Pooler dropped without close() is
+collected (and released, with a ResourceWarning), and its id then refuses.
 """
 
 import itertools
 import threading
+import weakref
 from typing import NamedTuple, Tuple
 
 import torch
@@ -32,11 +36,11 @@ class Shape(NamedTuple):
 _lock = threading.Lock()
 _ids = itertools.count(1)
 _shapes = {}
-_poolers = {}
+_poolers = weakref.WeakValueDictionary()
 
 
 def register(pooler):
-    """Registers a live Pooler; returns its id for the ops."""
+    """Registers a live Pooler (weakly); returns its id for the ops."""
     with _lock:
         index = next(_ids)
         _shapes[index] = Shape(pooler.hidden, pooler.pooled, pooler.width, pooler._nvfp4)

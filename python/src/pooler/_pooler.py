@@ -1,8 +1,10 @@
 """The seed's Pooler and PoolerLayer over libpooler's C ABI (see the package's docstring)."""
 
 import ctypes
+import fractions
 import math
 import os
+import warnings
 from typing import NamedTuple, Optional, Sequence
 
 import torch
@@ -97,6 +99,27 @@ def _check_float(name, value):
     return float(value)
 
 
+_INT64_MAX = 2 ** 63 - 1
+
+
+def _nanoseconds(name, seconds):
+    """`seconds` (checked finite and positive) as a whole, positive int64 number of nanoseconds, exactly
+    as the library's int64_t takes it; ValueError for what it cannot represent (ctypes would wrap it
+    silently: 18446744074 s became 0.29 s). The library caps the value itself (one hour)."""
+    nanoseconds = round(fractions.Fraction(seconds) * 10 ** 9)  # exact: no float product to round
+    if not 0 < nanoseconds <= _INT64_MAX:
+        raise ValueError(f"{name} is {seconds!r} s = {nanoseconds} ns; expected 1 ns to {_INT64_MAX} ns "
+                         "(an int64_t; the library accepts at most one hour)")
+    return nanoseconds
+
+
+def _released(tensor):
+    """Makes `tensor` (a view of the library's memory) an empty tensor of its dtype and trailing
+    shape on its device, in place (Tensor.set_), so that it no longer reaches memory that close()
+    freed: it reads and writes nothing, and indexing a row raises IndexError."""
+    tensor.set_(torch.empty((0,) + tuple(tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device))
+
+
 def _cuda_device(device):
     try:
         device = torch.device(device)
@@ -121,8 +144,12 @@ class Pooler:
     is graph-capturable and allocates nothing; its outputs are views of scratch that the next
     call overwrites. Under torch.compile the calls go through torch.ops.pooler.* and return
     tensors of their own. Calls must run in the same order on every rank. `close()` (every
-    rank) releases it. Needs NCCL_NVLS_ENABLE=0 in the environment, unless `allow_nvls=True` with the
-    engine's `nccl_comm` (NCCL may then use NVLink multicast for its own collectives; pooler creates none).
+    rank) releases it: every method raises PoolerError after it, and every tensor it handed out
+    over the library's memory (`shard`, `packed`, `scales`, `normed`, what run, project, gather and
+    last_projection returned) becomes an empty tensor (see close). A Pooler dropped without
+    close() is released when it is collected, with a ResourceWarning. Needs NCCL_NVLS_ENABLE=0 in
+    the environment, unless `allow_nvls=True` with the engine's `nccl_comm` (NCCL may then use
+    NVLink multicast for its own collectives; pooler creates none).
 
     `transport`: "auto" (default: "lamport" when every rank reaches every other's memory by load and
     store, "nccl" otherwise; every rank decides alike), "lamport" (the mailbox) or "nccl" (an NCCL
@@ -135,11 +162,14 @@ class Pooler:
         self._handle = ctypes.c_void_p()
         self._comm = ctypes.c_void_p()
         self._id = None
+        self._closed = False
+        self._views = []  # every tensor handed out over the library's memory, released by close()
+        self._row_views = {}  # (scratch name, b) -> its first b rows, one view each
         error = None
         try:
             self._validate_transport(transport, allow_nvls, nccl_comm)
             self._validate(group, tp, rank, device, layers, batches, capacity, enable_pdl, spin_timeout_s)
-        except (TypeError, ValueError, PoolerError) as caught:
+        except Exception as caught:  # noqa: BLE001 (any type: a torch RuntimeError must reach the vote too)
             error = caught
         # Every rank learns whether any failed, so that none is left waiting in NCCL.
         self._agree(group, error, device)
@@ -176,6 +206,7 @@ class Pooler:
         self.spin_timeout_s = _check_float("spin_timeout_s", spin_timeout_s)
         if self.spin_timeout_s <= 0:
             raise ValueError(f"spin_timeout_s is {spin_timeout_s}; expected a positive number of seconds")
+        self._spin_timeout_ns = _nanoseconds("spin_timeout_s", self.spin_timeout_s)
         self.device = _cuda_device(device)
         self.layers = tuple(layers)
         if not self.layers:
@@ -273,7 +304,7 @@ class Pooler:
         options.num_batches = len(self.batches)
         options.capacity = self.capacity
         options.enable_pdl = 1 if self.enable_pdl else 0
-        options.spin_timeout_ns = int(self.spin_timeout_s * 1e9)
+        options.spin_timeout_ns = self._spin_timeout_ns
         options.hidden = self.hidden
         options.pooled = self.pooled
         options.transport = _abi.CONSTANTS[TRANSPORTS[self.requested_transport]]
@@ -281,17 +312,38 @@ class Pooler:
         call("pooler_create", ctypes.byref(self._handle), self._comm, ctypes.byref(options))
         block, outputs = _abi.Tensor(), _abi.ExpertInput()
         self._call("pooler_scratch", ctypes.byref(block), ctypes.byref(outputs))
-        # The seed's scratch tensors, at capacity rows; outputs are their first b rows.
-        self.shard = _wrap(block, self.device)
-        self.packed = _wrap(outputs.packed, self.device).view(torch.uint8)
-        self.scales = _wrap(outputs.scales, self.device).view(torch.uint8)
-        self.normed = _wrap(outputs.normed, self.device)
-        self._scales_e4m3 = self.scales.view(torch.float8_e4m3fn)
+        self._keep_scratch(_wrap(block, self.device), _wrap(outputs.packed, self.device).view(torch.uint8),
+                           _wrap(outputs.scales, self.device).view(torch.uint8), _wrap(outputs.normed, self.device))
         self._token = torch.zeros(1, dtype=torch.int32, device=self.device)
         self._compiled_block = None
         self._id = _ops.register(self)
 
+    def _keep_scratch(self, shard, packed, scales, normed):
+        # The seed's scratch tensors, at capacity rows; outputs are their first b rows.
+        self.shard = self._handed_out(shard)
+        self.packed = self._handed_out(packed)
+        self.scales = self._handed_out(scales)
+        self.normed = self._handed_out(normed)
+        self._scales_e4m3 = self._handed_out(scales.view(torch.float8_e4m3fn))
+
+    def _handed_out(self, tensor):
+        self._views.append(tensor)
+        return tensor
+
+    def _rows(self, name, b):
+        """The first b rows of the scratch tensor `name`: one view per (name, b), the same object on
+        every call (no tensor is made per call), released by close()."""
+        view = self._row_views.get((name, b))
+        if view is None:
+            view = self._row_views[(name, b)] = self._handed_out(getattr(self, name)[:b])
+        return view
+
     def _release(self):
+        self._closed = True
+        # Views first: nothing handed out reaches the memory freed below.
+        for view in self._views:
+            _released(view)
+        self._views, self._row_views = [], {}
         if self._id is not None:
             _ops.unregister(self._id)
             self._id = None
@@ -304,9 +356,26 @@ class Pooler:
 
     def close(self):
         """Collective: waits for the Pooler's work and releases it and its communicator (an
-        adopted one stays the engine's). The scratch views die with it."""
+        adopted one stays the engine's). Every method raises PoolerError afterwards. The tensors
+        it handed out over the library's memory (`shard`, `packed`, `scales`, `normed` and the
+        results of run, project, gather and last_projection) are made empty tensors of their dtype
+        in place (torch cannot make a tensor raise on use): they no longer reach the freed memory
+        and read or write nothing. Tensors made from them afterwards by the caller (a slice of a
+        slice, .view()) are not tracked: drop them before close."""
         self._release()
 
+    def __del__(self):
+        # A Pooler dropped without close(): released here, like close() (collective: every rank
+        # must drop it alike), with a warning. The op registry holds it only weakly.
+        handle = getattr(self, "_handle", None)
+        if getattr(self, "_closed", True) or handle is None or not handle.value:
+            return
+        try:
+            warnings.warn(f"pooler.Pooler (rank {getattr(self, 'rank', '?')}) collected without close(); "
+                          "releasing it now. Call close() on every rank (or use `with`)", ResourceWarning)
+            self._release()
+        except Exception:  # noqa: BLE001 (at interpreter exit the library may be gone)
+            pass
     def __enter__(self):
         return self
 
@@ -315,8 +384,12 @@ class Pooler:
 
     # -- helpers --
 
+    def _open(self, name):
+        if self._closed or not self._handle.value:
+            raise PoolerError(f"Pooler.{name}: this Pooler is closed")
+
     def _call(self, name, *args):
-        if not self._handle.value:
+        if self._closed or not self._handle.value:
             raise PoolerError(f"{name}: this Pooler is closed")
         call(name, self._handle, *args, pooler=self._handle)
 
@@ -347,6 +420,7 @@ class Pooler:
     def outputs(self, layer, b):
         """Fresh output tensors for `layer` at b rows: (packed U8 [b, P / 2], scales E4M3
         [b, P / 16]) for an NVFP4 layer, (normed BF16 [b, P],) for an edge layer."""
+        self._open("outputs")
         return _ops.new_outputs(_ops.Shape(self.hidden, self.pooled, self.width, self._nvfp4), layer, b,
                                 self.device)[:2 if self._nvfp4[layer] else 1]
 
@@ -359,12 +433,14 @@ class Pooler:
         return expert
 
     def _result(self, layer, b):
-        return (self.packed[:b], self._scales_e4m3[:b]) if self._nvfp4[layer] else self.normed[:b]
+        return (self._rows("packed", b), self._rows("_scales_e4m3", b)) if self._nvfp4[layer] else self._rows(
+            "normed", b)
 
     # -- the seed's API --
 
     def project(self, layer: int, x: torch.Tensor) -> torch.Tensor:
         """The pooler GEMM: this rank's [b, P / tp] columns into scratch (a view of `shard`)."""
+        self._open("project")
         if _compiling():
             self._compiled_block = torch.ops.pooler.project(self._id, layer, x, self._token)
             return self._compiled_block
@@ -372,11 +448,12 @@ class Pooler:
         b = self._check_x(x)
         block = _abi.Tensor()
         self._call("pooler_project", layer, x.data_ptr(), b, self._stream(), ctypes.byref(block))
-        return self.shard[:b]
+        return self._rows("shard", b)
 
     def publish(self, b: int, block: Optional[torch.Tensor] = None) -> None:
         """Multicast the first b rows of the projected block (`block`: publish these BF16
         [b, P / tp] rows instead, as project_into or torch.compile left them)."""
+        self._open("publish")
         if _compiling():
             source = block if block is not None else self._compiled_block
             torch.ops.pooler.publish(self._id, source[:b], self._token)
@@ -400,6 +477,7 @@ class Pooler:
     def gather(self, layer: int, b: int):
         """Consume the published blocks: the NVFP4 expert input (a, a_sf) for an NVFP4 layer,
         the normed BF16 rows for an edge layer."""
+        self._open("gather")
         if _compiling():
             out = torch.ops.pooler.gather(self._id, layer, b, self._token)
             return (out[0], out[1]) if self._nvfp4[layer] else out[0]
@@ -412,6 +490,7 @@ class Pooler:
     def run(self, layer: int, x: torch.Tensor):
         """x BF16 [b, H] (the pre_ffn_norm output) -> the expert input: (a U8 [b, P / 2],
         a_sf float8_e4m3fn [b, P / 16]) for an NVFP4 layer, normed BF16 [b, P] for an edge layer."""
+        self._open("run")
         if _compiling():
             out = torch.ops.pooler.run(self._id, layer, x, self._token)
             return (out[0], out[1]) if self._nvfp4[layer] else out[0]
@@ -430,6 +509,7 @@ class Pooler:
 
     def run_into(self, layer: int, x: torch.Tensor, outputs) -> None:
         """run() into the caller's tensors (`outputs()` makes them); what torch.ops.pooler.run does."""
+        self._open("run_into")
         self._check_layer(layer)
         b = self._check_x(x)
         self._check_outputs(layer, b, outputs)
@@ -437,12 +517,14 @@ class Pooler:
         self._call("pooler_run_into", layer, x.data_ptr(), b, self._stream(), ctypes.byref(expert))
 
     def project_into(self, layer: int, x: torch.Tensor, block: torch.Tensor) -> None:
+        self._open("project_into")
         self._check_layer(layer)
         b = self._check_x(x)
         _check_tensor("block", block, torch.bfloat16, (b, self.width), self.device)
         self._call("pooler_project_into", layer, x.data_ptr(), b, self._stream(), ctypes.byref(_desc(block)))
 
     def gather_into(self, layer: int, b: int, outputs) -> None:
+        self._open("gather_into")
         self._check_layer(layer)
         self._check_b(b)
         self._check_outputs(layer, b, outputs)
@@ -467,9 +549,11 @@ class Pooler:
     def last_projection(self, b: int) -> torch.Tensor:
         """This rank's projected block of the last run/project: the first b rows of `shard`
         (after run_into and torch.ops.pooler.run too); read it before the next call."""
-        return self.shard[:self._check_b(b)]
+        self._open("last_projection")
+        return self._rows("shard", self._check_b(b))
 
     def is_nvfp4(self, layer: int) -> bool:
+        self._open("is_nvfp4")
         return self._nvfp4[self._check_layer(layer)]
 
     @property
