@@ -384,13 +384,15 @@ class EngineRig {
     }
   }
 
-  // prefetch: Pooler::prefetch_weights of this layer's pooler weights right after o_proj, on the
-  // same stream (it lets the next kernel start at once), as an engine would launch it.
+  // prefetch: Pooler::prefetch_weights of this layer's pooler weights right after o_proj (or at the
+  // layer's start: --prefetch-at), on the same stream (it lets the next kernel start at once).
   void enqueue_layer(X which, int layer, int b, bool early, bool prefetch = false) const {
     const PoolerAtBatch& p = *at_;
     const CUstream s = gpu_.stream.get();
     const unsigned rows = static_cast<unsigned>(b);
     const std::size_t r = sz(slot(layer));
+    const bool at_start = o_.prefetch_at == "start";
+    if (prefetch && at_start) p.prefetch->launch(s, w_pool(layer), s_.pool_weight(o_.hidden), true);
     launch(gpu_.norm, rows, 1, kEngineRowThreads, h(layer - 1), gamma_attn_.get(), a_.get());
     p.qkv->launch(s, a_.get(), w_qkv_.get() + r * s_.qkv_weight(o_.hidden), qkv_.get(), true);
     const unsigned long long sequence = sz(o_.context) * s_.kv_token, read = sz(engine_tokens(o_, layer)) * s_.kv_token;
@@ -398,7 +400,7 @@ class EngineRig {
            kEngineThreads, qkv_.get(), s_.qkv_n, att_.get(), s_.att_k, kv_.get() + r * sz(rows_) * sequence, sequence,
            read, sink_.get());
     p.o_proj->launch(s, att_.get(), w_o_.get() + r * s_.o_weight(o_.hidden), part_.get(), true);
-    if (prefetch) p.prefetch->launch(s, w_pool(layer), s_.pool_weight(o_.hidden), true);
+    if (prefetch && !at_start) p.prefetch->launch(s, w_pool(layer), s_.pool_weight(o_.hidden), true);
     launch(gpu_.allreduce, rows, 1, kEngineRowThreads, part_.get(), peer_partials_.get(), tp_ - 1,
            static_cast<unsigned long long>(sz(kCapacity) * sz(o_.hidden)), h(layer - 1), h(layer), gamma_pre_.get(),
            x(layer), early ? 1 : 0);

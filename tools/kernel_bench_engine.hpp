@@ -65,7 +65,8 @@ struct EngineOptions {
   double cold_mb = 256;            // least bytes between two reads of one buffer (raised to 4x L2)
   unsigned long long seed = 29;
   bool stock = true;
-  bool prefetch = true;  // also fused and stock with Pooler::prefetch_weights after o_proj
+  bool prefetch = true;                     // also fused and stock with Pooler::prefetch_weights
+  std::string prefetch_at = "after-oproj";  // where the layer launches it: after-oproj or start
   std::string arch = "sm_90";
   std::string json;
 };

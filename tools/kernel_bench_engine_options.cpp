@@ -58,7 +58,9 @@ options:
   --cold-mb M           least megabytes read between two reads of one buffer (default 256, raised to 4x L2)
   --seed S              the experts' choice and the data (default 29)
   --no-stock            skip the stock X
-  --no-prefetch         skip the fused and stock X with Pooler::prefetch_weights launched after o_proj
+  --no-prefetch         skip the fused and stock X with Pooler::prefetch_weights
+  --prefetch-at WHERE   where the layer launches the prefetch: after-oproj (default) or start (before the
+                        pre-attention norm: the most lead time)
   --arch ARCH           architecture to compile for without a GPU (default sm_90)
   --json FILE           also write the rows as JSON
   -h, --help            this text
@@ -174,6 +176,11 @@ EngineOptions parse_engine_options(int argc, char** argv) {
       o.stock = false;
     } else if (a == "--no-prefetch") {
       o.prefetch = false;
+    } else if (a == "--prefetch-at") {
+      o.prefetch_at = value();
+      if (o.prefetch_at != "after-oproj" && o.prefetch_at != "start") {
+        throw InvalidArgument(fmt::format("--prefetch-at: '{}' is neither after-oproj nor start", o.prefetch_at));
+      }
     } else if (a == "--arch") {
       o.arch = value();
     } else if (a == "--json") {

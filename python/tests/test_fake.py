@@ -161,7 +161,8 @@ def test_close_releases_every_view_and_refuses_every_method(unbuilt):
     refused = [lambda: p.run(0, x), lambda: p.project(0, x), lambda: p.publish(8), lambda: p.gather(0, 8),
                lambda: p.last_projection(8), lambda: p.is_nvfp4(0), lambda: p.outputs(0, 8), lambda: p.warm_up(),
                lambda: p.check(), lambda: p.transport, lambda: p.forms, lambda: p.run_into(0, x, ()),
-               lambda: p.project_into(0, x, None), lambda: p.gather_into(0, 8, ())]
+               lambda: p.project_into(0, x, None), lambda: p.gather_into(0, 8, ()),
+               lambda: p.prefetch_weights(0)]
     for use in refused:
         with pytest.raises(pooler.PoolerError, match="closed"):
             use()

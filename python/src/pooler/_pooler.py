@@ -469,6 +469,7 @@ class Pooler:
         """Bring this rank's weight slice of `layer` into L2 ahead of its run(): a fire-and-forget
         kernel on the current stream (eager or inside a CUDA graph; not a torch.compile op). Changes
         no output; any layer, in any order."""
+        self._open("prefetch_weights")
         if _compiling():
             raise RuntimeError("Pooler.prefetch_weights is not a torch.compile op: call it outside the compiled region")
         self._check_layer(layer)
