@@ -17,9 +17,13 @@
 #include <chrono>
 #include <memory>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "pooler/error.hpp"
 #include "runtime/jit/device.hpp"
 #include "runtime/jit/form.hpp"
 #include "runtime/jit/kernel_cache.hpp"
@@ -120,5 +124,28 @@ double time_graph(const Stream& stream, int launches, int replays, Enqueue enque
 }
 
 std::string json_escape(const std::string& s);
+
+// "1,2,8" -> {1, 2, 8}: every item an integer in [low, high], at least one; InvalidArgument naming
+// `flag` and the item otherwise. The one list parser of pooler-kernel-bench's sections.
+inline std::vector<int> int_list(const std::string& text, const std::string& flag, int low, int high) {
+  std::vector<int> out;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    std::size_t used = 0;
+    int v = 0;
+    try {
+      v = std::stoi(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < low || v > high) {
+      throw InvalidArgument(fmt::format("{}: '{}' is not an integer in [{}, {}]", flag, item, low, high));
+    }
+    out.push_back(v);
+  }
+  if (out.empty()) throw InvalidArgument(fmt::format("{}: empty list", flag));
+  return out;
+}
 
 }  // namespace pooler::kernel_bench

@@ -27,6 +27,7 @@
 // the plain GEMM's output (the same bits as the fused GEMM's), gathered by the same 2D
 // copies.
 #include "tools/kernel_bench_chain.hpp"
+#include "tools/kernel_bench.hpp"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -110,26 +111,7 @@ struct ChainOptions {
 
 std::size_t sz(long long v) { return static_cast<std::size_t>(v); }
 
-std::vector<int> parse_list(const std::string& text, const char* flag, int low, int high) {
-  std::vector<int> out;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    std::size_t used = 0;
-    int v = 0;
-    try {
-      v = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || v < low || v > high) {
-      throw InvalidArgument(fmt::format("{}: '{}' is not an integer in [{}, {}]", flag, item, low, high));
-    }
-    out.push_back(v);
-  }
-  if (out.empty()) throw InvalidArgument(fmt::format("{}: empty list", flag));
-  return out;
-}
+using kernel_bench::int_list;
 
 ChainOptions parse(int argc, char** argv) {
   ChainOptions o;
@@ -145,14 +127,14 @@ ChainOptions parse(int argc, char** argv) {
       std::fputs(kChainUsage, stdout);
       std::exit(0);
     } else if (a == "--tps") {
-      o.tps = parse_list(value(), "--tps", 1, 8);
+      o.tps = int_list(value(), "--tps", 1, 8);
       for (int tp : o.tps) check_tensor_parallel("--tps", tp);
     } else if (a == "--batches") {
-      o.batches = parse_list(value(), "--batches", 1, kCapacity);
+      o.batches = int_list(value(), "--batches", 1, kCapacity);
     } else if (a == "--layers") {
-      o.layers = parse_list(value(), "--layers", 2, 1000).front();
+      o.layers = int_list(value(), "--layers", 2, 1000).front();
     } else if (a == "--replays") {
-      o.replays = parse_list(value(), "--replays", 1, 100000).front();
+      o.replays = int_list(value(), "--replays", 1, 100000).front();
     } else if (a == "--no-stock") {
       o.stock = false;
     } else if (a == "--arch") {

@@ -66,26 +66,7 @@ options:
   -h, --help            this text
 )";
 
-std::vector<int> int_list(const std::string& text, const std::string& flag, int low, int high) {
-  std::vector<int> out;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    std::size_t used = 0;
-    int v = 0;
-    try {
-      v = std::stoi(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || v < low || v > high) {
-      throw InvalidArgument(fmt::format("{}: '{}' is not an integer in [{}, {}]", flag, item, low, high));
-    }
-    out.push_back(v);
-  }
-  if (out.empty()) throw InvalidArgument(fmt::format("{}: empty list", flag));
-  return out;
-}
+using kernel_bench::int_list;
 
 void require(bool ok, const std::string& what) {
   if (!ok) throw InvalidArgument(fmt::format("--engine: {}", what));

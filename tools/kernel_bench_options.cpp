@@ -58,24 +58,6 @@ The kernel cache is POOLER_CACHE_DIR (or the default cache); a second run reuses
 the compiled forms.
 )";
 
-std::vector<int> parse_list(const std::string& text, const char* flag) {
-  std::vector<int> out;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    try {
-      std::size_t used = 0;
-      const int v = std::stoi(item, &used);
-      if (used != item.size() || v <= 0) throw std::invalid_argument(item);
-      out.push_back(v);
-    } catch (const std::exception&) {
-      throw InvalidArgument(fmt::format("{}: '{}' is not a positive integer", flag, item));
-    }
-  }
-  if (out.empty()) throw InvalidArgument(fmt::format("{}: empty list", flag));
-  return out;
-}
-
 }  // namespace
 
 Options parse_options(int argc, char** argv) {
@@ -100,9 +82,9 @@ Options parse_options(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       std::exit(0);
     } else if (a == "--batches") {
-      o.batches = parse_list(value(), "--batches");
+      o.batches = int_list(value(), "--batches", 1, 1 << 20);
     } else if (a == "--widths") {
-      o.widths = parse_list(value(), "--widths");
+      o.widths = int_list(value(), "--widths", 1, 1 << 20);
     } else if (a == "-k") {
       o.k = static_cast<int>(number(32));
     } else if (a == "--launches") {
@@ -120,10 +102,10 @@ Options parse_options(int argc, char** argv) {
     } else if (a == "--trace") {
       o.trace_dir = value();
     } else if (a == "--consumer-tps") {
-      o.consumer_tps = parse_list(value(), "--consumer-tps");
+      o.consumer_tps = int_list(value(), "--consumer-tps", 1, 1 << 20);
       for (int tp : o.consumer_tps) check_tensor_parallel("--consumer-tps", tp);
     } else if (a == "--consumer-batches") {
-      o.consumer_batches = parse_list(value(), "--consumer-batches");
+      o.consumer_batches = int_list(value(), "--consumer-batches", 1, 1 << 20);
       for (int b : o.consumer_batches) check_rows("--consumer-batches", b, kConsumerCapacity);
     } else if (a == "--consumer-calls") {
       o.consumer_calls = static_cast<int>(number(1));
