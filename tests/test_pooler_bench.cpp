@@ -5,6 +5,8 @@
 // templates compile for sm_90 and sm_100a without local memory.
 #include <gtest/gtest.h>
 
+#include "pooler/pooler.h"
+
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -42,6 +44,22 @@ TEST(PoolerBench, HelpListsTheFlags) {
   }
   EXPECT_NE(result.output.find("(1,2,4,8,16)"), std::string::npos) << "the default batches";
   EXPECT_NE(result.output.find("(62)"), std::string::npos) << "the default layers";
+}
+
+// --version answers without a driver, before any other flag is read; the other tools alike.
+TEST(PoolerBench, EveryToolAnswersVersion) {
+  const std::string expected =
+      std::string(" ") + pooler_version() + " (C ABI " + std::to_string(POOLER_ABI_VERSION) + ")";
+  for (const std::vector<std::string>& command :
+       std::vector<std::vector<std::string>>{{POOLER_BENCH_TOOL, "--version"},
+                                             {POOLER_BENCH_TOOL, "--no-such-flag", "--version"},
+                                             {POOLER_CUBIN_TOOL, "--version"},
+                                             {POOLER_KERNEL_BENCH_TOOL, "--engine", "--version"},
+                                             {POOLER_KERNEL_BENCH_TOOL, "--version"}}) {
+    const auto result = run_process(command, kNoDriver);
+    EXPECT_EQ(result.exit_code, 0) << command[0] << ": " << result.output;
+    EXPECT_NE(result.output.find(expected), std::string::npos) << command[0] << ": " << result.output;
+  }
 }
 
 TEST(PoolerBench, UsageErrorsExitTwo) {

@@ -84,6 +84,7 @@ output:
                          GPU the default is POOLER_CACHE_DIR, else ~/.cache/pooler.
   --arch ARCH            without a GPU: compile for ARCH; repeatable (sm_90 and
                          sm_100a)
+  --version              the version and C ABI of the library it runs
   -h, --help             this text
 
 Targets printed next to the figures (not assertions): at b = 8 the fused path at

@@ -48,6 +48,7 @@ options:
                     widths of tp 1, 2, 4, 8 (pooler-kernel-bench --chain --help lists its options)
   --engine          instead of all the above: the pooler inside surrogate decode layers in loopback at the
                     widths of tp 1, 2, 4, 8 (pooler-kernel-bench --engine --help lists its options)
+  --version         the version and C ABI of the library it runs
   -h, --help        this text
 
 The GEMM table has a row per weight path of each (b, N): stream (registers or a ring), and where the

@@ -53,6 +53,7 @@
 #include "tools/bench_rank.hpp"
 #include "tools/bench_results.hpp"
 #include "tools/harness/templates.hpp"
+#include "tools/version.hpp"
 
 extern char** environ;
 
@@ -533,6 +534,7 @@ void ensure_standard_descriptors() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (pooler::tools::print_version_if_asked(argc, argv, "pooler-bench")) return 0;
   // Before anything can create an NCCL communicator, here and in every rank.
   ::setenv("NCCL_NVLS_ENABLE", "0", 1);
   ensure_standard_descriptors();

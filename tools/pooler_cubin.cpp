@@ -36,6 +36,7 @@
 #include "runtime/jit/kernel_cache.hpp"
 #include "runtime/pooler_forms.hpp"
 #include "runtime/jit/sample_form.hpp"
+#include "tools/version.hpp"
 
 namespace fs = std::filesystem;
 using namespace pooler;
@@ -63,7 +64,8 @@ $XDG_CACHE_HOME/pooler, else ~/.cache/pooler. With POOLER_CACHE=off and no
 sass exit 3, clear removes nothing, build compiles in memory only. A folder
 that another user owns or can write is refused as the library refuses it,
 unless POOLER_CACHE_SHARED=1.
-`pooler-cubin COMMAND --help` describes one command.
+`pooler-cubin COMMAND --help` describes one command; `pooler-cubin --version` prints the
+library's version and C ABI.
 
 exit codes: 0 success, 1 bad entries found or build failed, 2 usage error,
 3 no such entry, 4 no disassembler installed
@@ -551,6 +553,7 @@ std::optional<int> parse_options(std::vector<std::string>& args, std::string& ca
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (pooler::tools::print_version_if_asked(argc, argv, "pooler-cubin")) return 0;
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string cache_dir;
   if (const std::optional<int> done = parse_options(args, cache_dir)) return *done;

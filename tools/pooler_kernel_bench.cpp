@@ -43,6 +43,7 @@
 #include "tools/kernel_bench.hpp"
 #include "tools/kernel_bench_chain.hpp"
 #include "tools/kernel_bench_engine.hpp"
+#include "tools/version.hpp"
 
 namespace pooler::kernel_bench {
 
@@ -124,6 +125,7 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   using namespace pooler;
+  if (tools::print_version_if_asked(argc, argv, "pooler-kernel-bench")) return 0;
   try {
     register_templates(harness::tool_templates());
     if (bench::wants_chain(argc, argv)) return bench::chain_main(argc, argv);
