@@ -123,7 +123,19 @@ double time_graph(const Stream& stream, int launches, int replays, Enqueue enque
   return harness::median(per_launch);
 }
 
-std::string json_escape(const std::string& s);
+// A JSON string's contents: quotes, backslashes and control bytes escaped.
+inline std::string json_escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      continue;
+    }
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
 
 // "1,2,8" -> {1, 2, 8}: every item an integer in [low, high], at least one; InvalidArgument naming
 // `flag` and the item otherwise. The one list parser of pooler-kernel-bench's sections.

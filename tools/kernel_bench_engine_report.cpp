@@ -1,6 +1,8 @@
 // pooler-kernel-bench --engine: the table, its notes and the JSON.
 #include "tools/kernel_bench_engine_report.hpp"
 
+#include "tools/kernel_bench.hpp"
+
 #include <cstdio>
 #include <fstream>
 
@@ -15,20 +17,7 @@ namespace {
 std::string us(double v) { return v < 0 ? "-" : fmt::format("{:.2f}", v); }
 std::string us_if(bool measured, double v) { return measured ? us(v) : "-"; }
 
-// A JSON string's contents (kernel_bench::json_escape lives in the tool's main, which the test does
-// not link).
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      continue;
-    }
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out;
-}
+using kernel_bench::json_escape;
 
 }  // namespace
 
@@ -98,8 +87,9 @@ void write_engine_json(const std::string& path, const EngineOptions& o, const De
       "\"context\": {}, \"full_every\": {}, \"kv_bytes\": {}, \"experts\": {}, \"top_k\": {}, "
       "\"expert_intermediate\": {}, \"prefetch_at\": \"{}\", \"layers\": {}, \"replays\": {}, "
       "\"read_ceiling_gbps\": {:.1f},\n \"rows\": [\n",
-      escape(info.name), o.hidden, o.pooled, o.qkv, o.attention_width, o.window, o.context, o.full_every, o.kv_bytes,
-      o.experts, o.top_k, o.expert_intermediate, o.prefetch ? o.prefetch_at : "off", o.layers, o.replays, ceiling_gbps);
+      json_escape(info.name), o.hidden, o.pooled, o.qkv, o.attention_width, o.window, o.context, o.full_every,
+      o.kv_bytes, o.experts, o.top_k, o.expert_intermediate, o.prefetch ? o.prefetch_at : "off", o.layers, o.replays,
+      ceiling_gbps);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const EngineRow& r = rows[i];
     const bool stock = r.stock >= 0;
@@ -113,15 +103,15 @@ void write_engine_json(const std::string& path, const EngineOptions& o, const De
         "\"stock_alone_us\": {}, \"others_with_fused_us\": {:.3f}, \"others_with_stock_us\": {}, "
         "\"collateral_fused_us\": {:.3f}, \"collateral_stock_us\": {}, \"layer_floor_us\": {:.3f}, "
         "\"distinct_experts\": {:.2f}, \"rotation\": {}, \"check\": \"{}\"}}{}\n",
-        r.tp, r.b, r.n, r.trigger, escape(r.forms), r.fused, value(stock, r.stock), r.null, r.none, r.marginal_fused(),
-        value(stock, r.marginal_stock()),
+        r.tp, r.b, r.n, r.trigger, json_escape(r.forms), r.fused, value(stock, r.stock), r.null, r.none,
+        r.marginal_fused(), value(stock, r.marginal_stock()),
         value(stock && r.marginal_stock() > 0, r.marginal_fused() / r.marginal_stock()), r.pooler_floor,
         value(r.fused_prefetch >= 0, r.fused_prefetch), value(r.stock_prefetch >= 0, r.stock_prefetch),
         value(r.fused_prefetch >= 0, r.marginal_fused_prefetch()),
         value(r.stock_prefetch >= 0, r.marginal_stock_prefetch()), r.fused_alone, value(stock, r.stock_alone),
         r.others_with_fused(), value(stock, r.others_with_stock()), r.collateral_fused(),
-        value(stock, r.collateral_stock()), r.others_floor + r.pooler_floor, r.experts, r.rotation, escape(r.check),
-        i + 1 < rows.size() ? "," : "");
+        value(stock, r.collateral_stock()), r.others_floor + r.pooler_floor, r.experts, r.rotation,
+        json_escape(r.check), i + 1 < rows.size() ? "," : "");
   }
   out << " ]\n}\n";
 }
