@@ -74,8 +74,11 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
   }
   out.publish = out.forms.size();
   if (config.mailbox) out.forms.push_back(publish_form(config.pooled, config.tp, config.capacity));
+  // The consumers follow the GEMM that publishes (the fused one where there is one).
   if (config.mailbox) {
-    for (const GemmPlan& plan : out.gemm_plans) out.consumer_triggers.push_back(consumer_trigger(plan));
+    for (const GemmPlan& plan : out.fused_plans.empty() ? out.gemm_plans : out.fused_plans) {
+      out.consumer_triggers.push_back(consumer_trigger(plan));
+    }
   }
   auto consumers = [&](const std::vector<NormConstants>& norms, auto make, ConsumerTrigger trigger) {
     const std::size_t first = out.forms.size();

@@ -175,7 +175,8 @@ TEST_F(CubinTool, HonoursCacheOff) {
 }
 
 // build compiles the consumers the Pooler loads (the one-round-trip consumer with each trigger the
-// rule takes at this width: after_wait always, before_wait at N = 512), with no local memory
+// rule takes at this width: after_wait always, polling_early after N = 512's publishing GEMM, which
+// triggers after its MMAs), with no local memory
 // (every kernel's line says 0 local bytes); the retired one-launch form's flag is refused.
 TEST_F(CubinTool, BuildsThePoolersConsumerForms) {
   const std::map<std::string, std::string> off = {{"POOLER_CACHE", "off"}};
@@ -184,10 +185,10 @@ TEST_F(CubinTool, BuildsThePoolersConsumerForms) {
   EXPECT_NE(refused.output.find("--one-launch"), std::string::npos) << refused.output;
   const auto built = run_process({POOLER_CUBIN_TOOL, "build", "--tp", "8", "--batches", "1", "--arch", "sm_90"}, off);
   ASSERT_EQ(built.exit_code, 0) << built.output;
-  for (const char* name :
-       {"pooler_consumer_nvfp4_p4096_tp8_cap32_eps1e-05_gc1 ",
-        "pooler_consumer_nvfp4_p4096_tp8_cap32_eps1e-05_gc1_tbw ", "pooler_consumer_bf16_p4096_tp8_cap32_eps1e-05_gc1 ",
-        "pooler_consumer_bf16_p4096_tp8_cap32_eps1e-05_gc1_tbw "}) {
+  for (const char* name : {"pooler_consumer_nvfp4_p4096_tp8_cap32_eps1e-05_gc1 ",
+                           "pooler_consumer_nvfp4_p4096_tp8_cap32_eps1e-05_gc1_poll_early ",
+                           "pooler_consumer_bf16_p4096_tp8_cap32_eps1e-05_gc1 ",
+                           "pooler_consumer_bf16_p4096_tp8_cap32_eps1e-05_gc1_poll_early "}) {
     EXPECT_NE(built.output.find(name), std::string::npos) << name << "\n" << built.output;
   }
   EXPECT_EQ(built.output.find("pooler_gemm_consume"), std::string::npos) << built.output;

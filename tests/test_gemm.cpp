@@ -308,9 +308,10 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOnChipOrReduceAsyncWhereChosen)
       SCOPED_TRACE(::testing::Message() << "N " << n << ", rows " << rows);
       const PoolerGemmShape shape = choose_gemm_shape(n, kHidden, rows);
       EXPECT_NO_THROW(validate_gemm_shape(rows, n, kHidden, shape));
-      // w on chip with two CTAs per SM only where measured faster: N = 1024, b = 1
-      // (docs/decisions/0014-weights-on-chip.md); 256 CTAs of 32 columns, other sums.
-      if (n == 1024 && rows == 1) {
+      // w on chip with two CTAs per SM where the register shape streams w and the grid is one
+      // wave: N = 1024, b = 1-3 (docs/decisions/0025-engine-trigger-and-one-wave.md); 256 CTAs of
+      // 32 columns, other sums; with the publish's reduction, three of them per SM (120 per slot).
+      if (n == 1024 && rows <= 3) {
         const std::optional<PoolerGemmShape> two = on_chip_gemm_shape(n, kHidden, rows, true);
         ASSERT_TRUE(two.has_value());
         EXPECT_EQ(shape, *two);
@@ -318,6 +319,8 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOnChipOrReduceAsyncWhereChosen)
         EXPECT_EQ(shape.ctas_per_sm, 2);
         EXPECT_EQ(pooler_gemm_launch_shape(rows, n, kHidden, shape).grid_x, 256u);
         EXPECT_LE(pooler_gemm_launch_shape(rows, n, kHidden, shape).shared_bytes, 113u * 1024u);
+        const GemmPlan publishing = GemmPlan(rows, n, kHidden, shape).publishing(GemmPublish{4, kCapacity});
+        EXPECT_LE(publishing.shared_bytes() + 1024, 228 * 1024 / 3) << "three CTAs per SM: 360 resident";
         continue;
       }
       // Elsewhere the batch changes how w waits on chip, not who sums what.
@@ -458,46 +461,57 @@ TEST(GemmShapeRule, OnChipCanBeForcedOnOrOff) {
   testing::expect_refused([] { choose_gemm_shape(512, kHidden, 8); }, "POOLER_GEMM_ON_CHIP = \"always\"");
 }
 
-TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitAtTp8WidthsAtEveryBatch) {
-  // At N = 512 every CTA's w is loaded into registers in the prologue, at every b: the rule
-  // lets the next launch start before the consumers' wait at every b.
-  for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
-    const GemmPlan plan = choose_gemm_plan(512, kHidden, rows);
-    ASSERT_TRUE(plan.prologue_holds_all_of_w()) << "rows " << rows;
-    ASSERT_FALSE(plan.shape().w_on_chip) << "rows " << rows;
-    EXPECT_EQ(consumer_trigger(plan), ConsumerTrigger::before_wait) << "rows " << rows;
-  }
-  // Streaming w through the main loop (N = 1024 from b = 2, N = 2048, 4096): the GEMM triggers
-  // after its own wait, so its consumers poll up to kPollingRows rows and wait beyond; they let the
-  // next launch start at their start where the width has no ring at few rows (N = 1024), once their
-  // row is read beside one (N >= 2048).
-  for (int n : {1024, 2048, 4096}) {
+TEST(PoolerForms, PublishingGemmsTriggerInTheirPrologueOnlyWithWOnChipAtOneRow) {
+  // Where the next launch starts: a plain GEMM in its prologue wherever that holds all of w (N = 512
+  // in registers, N = 1024 at b <= 3 on chip); a publishing GEMM, whose next launch is the consumer,
+  // there only with w on chip at one row, else after its MMAs. The consumers after it poll up to
+  // kPollingRows rows wherever it triggers after its wait, and wait beyond.
+  for (int n : {512, 1024, 2048, 4096}) {
     EXPECT_EQ(ring_at_few_rows(n, kHidden), n >= 2048) << "N " << n;
-    const ConsumerTrigger polling = n == 1024 ? ConsumerTrigger::polling_early : ConsumerTrigger::polling;
+    const ConsumerTrigger polling = n <= 1024 ? ConsumerTrigger::polling_early : ConsumerTrigger::polling;
     EXPECT_EQ(polling_trigger(n, kHidden), polling) << "N " << n;
-    for (int rows : {2, 3, 8, 9, 16, 32}) {
+    for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
+      SCOPED_TRACE(::testing::Message() << "N " << n << ", rows " << rows);
       const GemmPlan plan = choose_gemm_plan(n, kHidden, rows);
-      EXPECT_FALSE(plan.prologue_holds_all_of_w()) << "N " << n << ", rows " << rows;
-      EXPECT_TRUE(plan.triggers_after_its_wait()) << "N " << n << ", rows " << rows;
-      EXPECT_EQ(consumer_trigger(plan), rows <= kPollingRows ? polling : ConsumerTrigger::after_wait)
-          << "N " << n << ", rows " << rows;
+      const GemmPlan publishing = plan.publishing(GemmPublish{4096 / n, kCapacity});
+      const bool all_of_w = n == 512 || (n == 1024 && rows <= 3);
+      EXPECT_EQ(plan.prologue_holds_all_of_w(), all_of_w);
+      EXPECT_EQ(plan.shape().w_on_chip, n == 1024 && rows <= 3);
+      EXPECT_EQ(plan.triggers_in_prologue(), all_of_w);
+      const bool early = n == 1024 && rows == 1;
+      EXPECT_EQ(publishing.triggers_in_prologue(), early);
+      EXPECT_EQ(publishing.triggers_after_its_wait(), !early);
+      // The form carries the same choice.
+      const std::string constants = publishing.form().describe_constants();
+      EXPECT_NE(constants.find(early ? "TRIGGER_IN_PROLOGUE=1" : "TRIGGER_IN_PROLOGUE=0"), std::string::npos)
+          << constants;
+      const ConsumerTrigger expected = early                  ? ConsumerTrigger::before_wait
+                                       : rows <= kPollingRows ? polling
+                                                              : ConsumerTrigger::after_wait;
+      EXPECT_EQ(consumer_trigger(publishing), expected);
+      // After the plain GEMM (then the publish kernel, or an engine's kernel) nothing polls early.
+      if (all_of_w) {
+        EXPECT_EQ(consumer_trigger(plan), ConsumerTrigger::before_wait);
+      }
     }
   }
 }
 
 TEST(PoolerForms, ConsumersPollOnlyAfterAGemmThatTriggersAfterItsWait) {
   // The polling consumer reads the stage before its wait: valid only where the kernel before it
-  // (the publishing GEMM of the same plan) triggers after its own wait, the template's
-  // !kAllOfWInPrologue. Every width and b of the rule, and the shapes with w on chip.
+  // triggers after its own wait (the template's !TRIGGER_IN_PROLOGUE). Every width and b of the
+  // rule, plain and publishing.
   for (int n : {512, 1024, 2048, 4096}) {
     for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
       const GemmPlan plan = choose_gemm_plan(n, kHidden, rows);
       const GemmPlan publishing = plan.publishing(GemmPublish{4096 / n, kCapacity});
-      if (polls(consumer_trigger(plan))) {
-        EXPECT_FALSE(publishing.prologue_holds_all_of_w()) << "N " << n << ", rows " << rows;
-        EXPECT_FALSE(publishing.shape().w_on_chip) << "N " << n << ", rows " << rows;
+      for (const GemmPlan* p : {&plan, &publishing}) {
+        if (polls(consumer_trigger(*p))) {
+          EXPECT_FALSE(p->triggers_in_prologue()) << "N " << n << ", rows " << rows;
+          EXPECT_NE(p->form().describe_constants().find("TRIGGER_IN_PROLOGUE=0"), std::string::npos);
+        }
+        EXPECT_EQ(p->triggers_after_its_wait(), !p->triggers_in_prologue());
       }
-      EXPECT_EQ(plan.triggers_after_its_wait(), !plan.shape().w_on_chip && !plan.prologue_holds_all_of_w());
     }
   }
 }

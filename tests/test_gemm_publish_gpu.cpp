@@ -315,7 +315,7 @@ class Rig {
                           fused_->state.state(), r, pdl_);
     }
     // Polling only where the GEMM lets the consumer start after its own wait (the Pooler's rule).
-    const bool polls = polling_ && choose_gemm_plan(n(), kHidden, b).triggers_after_its_wait();
+    const bool polls = polling_ && GemmPlan(b, n(), kHidden, gemm.shape(), &gemm.publish()).triggers_after_its_wait();
     (polls ? fused_->polling : fused_->consumer)
         ->launch(stream(), weight_.get(), global_scale_.get(), fused_->packed.get(), fused_->scales.get(), b, layer,
                  pdl_);

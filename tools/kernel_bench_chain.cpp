@@ -182,7 +182,7 @@ std::vector<Form> chain_forms(const ChainOptions& o) {
         const PoolerGemmShape rule = choose_gemm_shape(n, kHidden, b);
         forms.push_back(pooler_gemm_form(b, n, kHidden, rule, &publish, true));
         forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter,
-                                            consumer_trigger(GemmPlan(b, n, kHidden, rule)), true));
+                                            consumer_trigger(GemmPlan(b, n, kHidden, rule, &publish)), true));
       }
     }
     forms.push_back(publish_form(kPooled, tp, kCapacity));
@@ -313,8 +313,9 @@ class ChainRig {
     row.rule = path.shape == choose_gemm_shape(n_, kHidden, b);
     const PoolerGemmShape& shape = path.shape;
     row.shape = describe(shape);
-    // The consumers trigger as the Pooler's do before this GEMM shape.
-    const GemmPlan shape_plan(b, n_, kHidden, shape);
+    // The consumers trigger as the Pooler's do after this GEMM shape's publishing form.
+    const GemmPublish publish{tp_, kCapacity};
+    const GemmPlan shape_plan(b, n_, kHidden, shape, &publish);
     row.trigger = consumer_trigger(shape_plan);
     trigger_ = static_cast<int>(row.trigger);
     alt_ = -1;
@@ -325,7 +326,6 @@ class ChainRig {
       alt_ = static_cast<int>(row.alt_trigger);
     }
     row.row_ctas = nvfp4_[trigger_]->row_ctas(b);
-    const GemmPublish publish{tp_, kCapacity};
     const PoolerGemm plain(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape), gpu_.arch).entry, gpu_.context, b,
                            n_, kHidden, shape);
     const PoolerGemm fused(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape, &publish), gpu_.arch).entry,
@@ -392,7 +392,7 @@ class ChainRig {
     const PoolerGemm gemm(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape, &publish, true), gpu_.arch).entry,
                           gpu_.context, b, n_, kHidden, shape, &publish, true);
     const Form consumer_form = nvfp4_consumer_form(kPooled, tp_, kCapacity, kEps, kGainCenter,
-                                                   consumer_trigger(GemmPlan(b, n_, kHidden, shape)), true);
+                                                   consumer_trigger(GemmPlan(b, n_, kHidden, shape, &publish)), true);
     const LoadedForm loaded(*gpu_.cache.get(consumer_form, gpu_.arch).entry, gpu_.context);
     const Nvfp4ConsumerLauncher consumer(loaded, layout_, 0, state_.binding(mailbox_.get()), kTimeoutNs, split_);
     const GemmTrace gemm_trace = gemm.trace();

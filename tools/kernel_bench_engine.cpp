@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
@@ -45,6 +46,7 @@
 
 #include "pooler/error.hpp"
 #include "runtime/comm/mailbox.hpp"
+#include "runtime/gather/consumer_trace.hpp"
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/jit/device.hpp"
@@ -61,7 +63,9 @@
 #include "tools/harness/loopback_mailbox.hpp"
 #include "tools/kernel_bench.hpp"
 #include "tools/kernel_bench_engine.hpp"
+#include "tools/kernel_bench_engine_gpu.hpp"
 #include "tools/kernel_bench_engine_report.hpp"
+#include "tools/kernel_bench_trace.hpp"
 
 namespace pooler::bench {
 namespace {
@@ -75,65 +79,24 @@ std::size_t sz(long long v) { return static_cast<std::size_t>(v); }
 
 enum class X { fused, stock, null, none };
 
-// What every rank shares on the GPU: the loaded surrogates, cuBLAS, the fill, the read ceiling.
-struct Gpu {
-  const EngineOptions& o;
-  KernelCache& cache;
-  const std::string& arch;
-  const DeviceInfo& info;
-  CUcontext context;
-  const Stream& stream;
-  harness::CublasGemm cublas;
-  LoadedForm surrogates, fill_loaded, norm_loaded, quantize_loaded;
-  Kernel norm, attention, allreduce, null, router, experts, fill;
-  StockNormLauncher stock_norm;
-  StockQuantizeLauncher stock_quantize;
-  double ceiling_gbps = 0;
-
-  Gpu(const EngineOptions& options, KernelCache& c, const std::string& a, const DeviceInfo& i, CUcontext ctx,
-      const Stream& s)
-      : o(options),
-        cache(c),
-        arch(a),
-        info(i),
-        context(ctx),
-        stream(s),
-        cublas(s.get()),
-        surrogates(load(engine_surrogate_form(o.hidden, o.pooled, o.experts))),
-        fill_loaded(load(fill_form())),
-        norm_loaded(load(stock_norm_form(o.pooled, NormConstants{}.eps, NormConstants{}.gain_center))),
-        quantize_loaded(load(stock_quantize_form(o.pooled))),
-        norm(surrogates.kernel(kEngineNormEntry)),
-        attention(surrogates.kernel(kEngineAttentionEntry)),
-        allreduce(surrogates.kernel(kEngineAllReduceEntry)),
-        null(surrogates.kernel(kEngineNullEntry)),
-        router(surrogates.kernel(kEngineRouterEntry)),
-        experts(surrogates.kernel(kEngineExpertsEntry)),
-        fill(fill_loaded.kernel(kFillEntry)),
-        stock_norm(norm_loaded, o.pooled, kCapacity),
-        stock_quantize(quantize_loaded, o.pooled, kCapacity) {}
-
-  LoadedForm load(const Form& form) const { return LoadedForm(*cache.get(form, arch).entry, context); }
-
-  void fill_bf16(CUdeviceptr out, std::size_t count, unsigned long long seed, float deviation) const {
-    LaunchShape shape;
-    shape.block_x = static_cast<unsigned>(kFillThreads);
-    const std::size_t blocks = (count + kFillThreads - 1) / kFillThreads;
-    shape.grid_x = static_cast<unsigned>(std::min<std::size_t>(blocks, sz(16) * info.multiprocessors));
-    const unsigned long long n = count, first = 0;
-    fill(stream.get(), shape, out, n, first, seed + o.seed * 1000, deviation, 0.0f);
-  }
-};
-
 // What one b needs of the Pooler's forms at a width: the plain and publishing GEMMs and the loopback
 // mailbox with the consumers of the rule's trigger.
 struct PoolerAtBatch {
   std::optional<PoolerGemm> plain, fused, qkv, o_proj;
+  std::optional<GemmPlan> fused_plan;  // fused's plan (--trace compiles its trace form)
   std::vector<std::unique_ptr<LoadedForm>> loaded;
   std::optional<harness::LoopbackMailbox> mailbox;
   std::optional<WeightPrefetchLauncher> prefetch;  // Pooler::prefetch_weights' kernel
   MailboxPeers slots{};                            // peer p's base: slot p of the mailbox as rank 0 addresses it
   ConsumerTrigger trigger = ConsumerTrigger::after_wait;
+};
+
+// The fused X's kernels: the publishing GEMM, the mailbox with its consumers and the slots the GEMM
+// publishes into (PoolerAtBatch's, or --trace's trace forms).
+struct FusedX {
+  const PoolerGemm& gemm;
+  const harness::LoopbackMailbox& mailbox;
+  MailboxPeers slots;
 };
 
 // One tp: every buffer of the layers and the kernels of each b.
@@ -245,6 +208,7 @@ class EngineRig {
       }
       row.null = time(X::null);
       row.none = time(X::none);
+      if (!o_.trace_dir.empty()) trace(b, trigger);
       rows.push_back(row);
     }
     const MailboxStateBlock block = p.mailbox->state().read(stream.get());
@@ -311,6 +275,7 @@ class EngineRig {
     };
     gemm(p.plain, plan.gemm_plans[0]);
     gemm(p.fused, plan.fused_plans[0]);
+    p.fused_plan.emplace(plan.fused_plans[0]);
     gemm(p.qkv, choose_gemm_plan(s_.qkv_n, o_.hidden, b));
     gemm(p.o_proj, choose_gemm_plan(o_.hidden, s_.att_k, b));
     p.trigger = plan.consumer_triggers[0];
@@ -320,12 +285,17 @@ class EngineRig {
     const LoadedForm& bf16 = loaded(plan.consumer_form(true, p.trigger, 0));
     p.mailbox.emplace(publish, nvfp4, bf16, layout_, gpu_.stream.get(), kTimeoutNs, 0,
                       consumer_row_split(s_.pool_n, o_.hidden));
+    p.slots = slots(*p.mailbox);
+    POOLER_CU(cuStreamSynchronize(gpu_.stream.get()), "setting up the loopback mailbox");
+  }
+
+  // Slot p of `mailbox` as rank 0 addresses it, for every peer p.
+  MailboxPeers slots(const harness::LoopbackMailbox& mailbox) const {
     std::vector<CUdeviceptr> bases;
     for (int peer = 0; peer < tp_; ++peer) {
-      bases.push_back(p.mailbox->memory().get() + layout_.row_offset(0, peer, 0) * sizeof(u16));
+      bases.push_back(mailbox.memory().get() + layout_.row_offset(0, peer, 0) * sizeof(u16));
     }
-    p.slots = make_peers(bases);
-    POOLER_CU(cuStreamSynchronize(gpu_.stream.get()), "setting up the loopback mailbox");
+    return make_peers(bases);
   }
 
   void launch(const Kernel& kernel, unsigned grid_x, unsigned grid_y, unsigned block, auto... args) const {
@@ -363,16 +333,19 @@ class EngineRig {
     }
   }
 
-  void enqueue_x(X which, int layer, int b) const {
+  // traced: --trace's forms in place of the fused X's, with call = layer - 1 (layers 1-16).
+  void enqueue_x(X which, int layer, int b, const FusedX* traced = nullptr) const {
     const PoolerAtBatch& p = *at_;
     const CUstream s = gpu_.stream.get();
     if (which == X::fused) {
-      p.fused->launch_publish(s, x(layer), w_pool(layer), c_.get(), p.slots, p.mailbox->state().state(), 0, true);
+      const FusedX fx = traced ? *traced : FusedX{*p.fused, *p.mailbox, p.slots};
+      const int call = traced ? layer - 1 : layer;
+      fx.gemm.launch_publish(s, x(layer), w_pool(layer), c_.get(), fx.slots, fx.mailbox.state().state(), 0, true);
       if (edge(layer)) {
-        p.mailbox->bf16().launch(s, norm_weight_.get(), gathered_.get(), out(layer), b, layer, true);
+        fx.mailbox.bf16().launch(s, norm_weight_.get(), gathered_.get(), out(layer), b, call, true);
       } else {
-        p.mailbox->nvfp4().launch(s, norm_weight_.get(), global_scale_.get(), out(layer),
-                                  out(layer) + sz(b) * sz(o_.pooled) / 2, b, layer, true);
+        fx.mailbox.nvfp4().launch(s, norm_weight_.get(), global_scale_.get(), out(layer),
+                                  out(layer) + sz(b) * sz(o_.pooled) / 2, b, call, true);
       }
     } else if (which == X::stock) {
       stock_x(layer, b, true, out(layer));
@@ -386,7 +359,8 @@ class EngineRig {
 
   // prefetch: Pooler::prefetch_weights of this layer's pooler weights right after o_proj (or at the
   // layer's start: --prefetch-at), on the same stream (it lets the next kernel start at once).
-  void enqueue_layer(X which, int layer, int b, bool early, bool prefetch = false) const {
+  void enqueue_layer(X which, int layer, int b, bool early, bool prefetch = false,
+                     const FusedX* traced = nullptr) const {
     const PoolerAtBatch& p = *at_;
     const CUstream s = gpu_.stream.get();
     const unsigned rows = static_cast<unsigned>(b);
@@ -404,13 +378,55 @@ class EngineRig {
     launch(gpu_.allreduce, rows, 1, kEngineRowThreads, part_.get(), peer_partials_.get(), tp_ - 1,
            static_cast<unsigned long long>(sz(kCapacity) * sz(o_.hidden)), h(layer - 1), h(layer), gamma_pre_.get(),
            x(layer), early ? 1 : 0);
-    enqueue_x(which, layer, b);
+    enqueue_x(which, layer, b, traced);
     launch(gpu_.router, static_cast<unsigned>(o_.pooled / kEngineRouterRows), 1, static_cast<unsigned>(o_.experts),
            out(layer), edge(layer) ? 0 : 1, w_router_.get() + r * sz(o_.pooled) * sz(o_.experts) * 4, logits_.get(), b);
     const int chunks = static_cast<int>((s_.expert + kEngineChunkBytes - 1) / kEngineChunkBytes);
     launch(gpu_.experts, static_cast<unsigned>(counts_[sz(layer)] * chunks), 1, kEngineThreads, logits_.get(),
            o_.pooled / kEngineRouterRows, b, ids_.get() + sz(layer) * sz(o_.experts) * sizeof(int), chunks,
            experts_.get() + r * sz(o_.experts) * s_.expert, static_cast<unsigned long long>(s_.expert), sink_.get());
+  }
+
+  // --trace: layers 1-16 (NVFP4) with the fused X's trace forms, the row's trigger, recorded in one
+  // replay after a warm-up; the records to a file, the timeline of medians to stdout.
+  void trace(int b, const std::string& trigger) const {
+    const PoolerAtBatch& p = *at_;
+    const CUstream s = gpu_.stream.get();
+    const NormConstants norm{};
+    const PoolerGemm gemm(*gpu_.cache.get(p.fused_plan->form(true), gpu_.arch).entry, gpu_.context, *p.fused_plan,
+                          true);
+    auto loaded = [&](const Form& form) { return LoadedForm(*gpu_.cache.get(form, gpu_.arch).entry, gpu_.context); };
+    const LoadedForm publish = loaded(publish_form(o_.pooled, tp_, kCapacity));
+    const LoadedForm nvfp4 =
+        loaded(nvfp4_consumer_form(o_.pooled, tp_, kCapacity, norm.eps, norm.gain_center, p.trigger, true));
+    const LoadedForm bf16 =
+        loaded(bf16_consumer_form(o_.pooled, tp_, kCapacity, norm.eps, norm.gain_center, p.trigger, true));
+    const harness::LoopbackMailbox mailbox(publish, nvfp4, bf16, layout_, s, kTimeoutNs, 0,
+                                           consumer_row_split(s_.pool_n, o_.hidden));
+    const FusedX traced{gemm, mailbox, slots(mailbox)};
+    const GemmTrace gemm_trace = gemm.trace();
+    const ConsumerTrace consumer_trace = pooler::consumer_trace(nvfp4, kCapacity);
+    constexpr int kLaunches = kConsumerTraceLaunches;
+    static_assert(kLaunches <= kGemmTraceLaunches, "both trace forms record every launch");
+    const bool early = trigger == "early";
+    const harness::Graph graph(s, "the traced engine's graph", [&] {
+      for (int layer = 1; layer <= kLaunches; ++layer) enqueue_layer(X::fused, layer, b, early, false, &traced);
+    });
+    graph.launch(s);  // warm-up, not recorded
+    reset_gemm_trace(gemm_trace, s);
+    reset_consumer_trace(consumer_trace, s);
+    graph.launch(s);
+    POOLER_CU(cuStreamSynchronize(s), "the traced engine layers");
+    if (mailbox.state().timed_out()) {
+      throw Error(fmt::format("--trace tp {} b {}: the traced layers timed out ({})", tp_, b,
+                              mailbox.state().describe_timeout()));
+    }
+    const std::vector<GemmTraceRecord> g = read_gemm_trace(gemm_trace, kLaunches);
+    const std::vector<ConsumerTraceRecord> c = read_consumer_trace(consumer_trace, kLaunches);
+    const std::string file = fmt::format("{}/engine_trace_tp{}_b{}_{}.txt", o_.trace_dir, tp_, b, trigger);
+    write_chain_trace(file, g, c);
+    std::printf("  trace tp %d b %d %s (%s):\n%s", tp_, b, trigger.c_str(), file.c_str(),
+                summarize_chain_trace(g, c, kLaunches).c_str());
   }
 
   // Layers 0 and 1 of the first replay of the fused graph against the stock path on the same x:
@@ -485,6 +501,11 @@ class EngineRig {
 int engine_main(int argc, char** argv) {
   try {
     const EngineOptions o = parse_engine_options(argc, argv);
+    if (!o.trace_dir.empty()) {
+      std::error_code error;
+      std::filesystem::create_directories(o.trace_dir, error);
+      if (error) throw Error(fmt::format("--trace {}: cannot create the directory: {}", o.trace_dir, error.message()));
+    }
     const auto started = std::chrono::steady_clock::now();
     const bool gpu_present = driver_available() && device_count() > 0;
     const std::string arch = gpu_present ? device_info(0).architecture() : o.arch;

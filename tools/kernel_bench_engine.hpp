@@ -69,6 +69,7 @@ struct EngineOptions {
   std::string prefetch_at = "after-oproj";  // where the layer launches it: after-oproj or start
   std::string arch = "sm_90";
   std::string json;
+  std::string trace_dir;  // --trace: also trace 16 layers of the fused X per row, into this folder
 };
 
 // Parses argv (argv[0] the program; "--engine" skipped); prints the usage and exits 0 for -h/--help.

@@ -63,6 +63,10 @@ options:
                         pre-attention norm: the most lead time)
   --arch ARCH           architecture to compile for without a GPU (default sm_90)
   --json FILE           also write the rows as JSON
+  --trace DIR           also trace, per row, 16 layers (1-16) with the fused X's trace forms (the publishing
+                        GEMM's and the NVFP4 consumer's): when each of their CTAs passed each step, to
+                        DIR/engine_trace_tp{tp}_b{b}_{trigger}.txt, and a timeline of medians on stdout
+                        (needs --layers of at least 18)
   -h, --help            this text
 )";
 
@@ -81,6 +85,8 @@ void validate(const EngineOptions& o) {
   require(o.experts % 32 == 0 && o.experts <= 1024,
           fmt::format("--experts {}: a multiple of 32 up to 1024", o.experts));
   require(o.top_k <= o.experts, fmt::format("--top-k {} is more than --experts {}", o.top_k, o.experts));
+  require(o.trace_dir.empty() || o.layers >= 18,
+          fmt::format("--trace traces layers 1-16 (all NVFP4), so --layers {} must be at least 18", o.layers));
   for (int tp : o.tps) {
     require(o.qkv % (16 * tp) == 0, fmt::format("--qkv {} is not a multiple of 16 x tp {}", o.qkv, tp));
     require(o.attention_width % (32 * tp) == 0,
@@ -166,6 +172,8 @@ EngineOptions parse_engine_options(int argc, char** argv) {
       o.arch = value();
     } else if (a == "--json") {
       o.json = value();
+    } else if (a == "--trace") {
+      o.trace_dir = value();
     } else {
       throw InvalidArgument(fmt::format("--engine: unknown option '{}' (see --engine --help)", a));
     }

@@ -140,8 +140,10 @@ std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
     auto at = [&](unsigned long long ns) {
       return ns == 0 ? -1.0 : (static_cast<double>(ns) - static_cast<double>(origin)) / 1e3;
     };
-    std::vector<double> x, loop, done, next_start;
+    std::vector<double> start, first_data, x, loop, done, next_start;
     for (const GemmTraceRecord* r : gemm_of[static_cast<std::size_t>(i)]) {
+      start.push_back(at(r->ns[GemmTrace::kStart]));
+      first_data.push_back(at(r->ns[GemmTrace::kFirstData]));
       x.push_back(at(r->ns[GemmTrace::kXStaged]));
       loop.push_back(at(r->ns[GemmTrace::kLoopDone]));
       if (r->ns[GemmTrace::kDone] != 0) done.push_back(at(r->ns[GemmTrace::kDone]));
@@ -149,7 +151,11 @@ std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
     for (const GemmTraceRecord* r : gemm_of[static_cast<std::size_t>(i + 1)]) {
       next_start.push_back(at(r->ns[GemmTrace::kStart]));
     }
+    put("GEMM CTAs start (median)", median(start));
+    put("GEMM CTAs start (last)", last(start));
     put("GEMM x staged", median(x));
+    put("GEMM first w used (median CTA)", median(first_data));
+    put("GEMM first w used (last CTA)", last(first_data));
     put("GEMM MMAs done (median CTA)", median(loop));
     put("GEMM MMAs done (last CTA)", last(loop));
     put("GEMM published (last CTA)", last(done));

@@ -38,7 +38,8 @@ constexpr int kOwnedPitch = kOwned % 8 == 0 ? kOwned + 4 : kOwned;
 constexpr int kXPitch = (2 * kSliceK) % 128 == 0 ? 2 * kSliceK + 64 : 2 * kSliceK;
 constexpr int kXBytes = ROWS * kXPitch;
 constexpr int kReduceOffset = (kXBytes + 15) / 16 * 16;
-constexpr int kReduceBytes = kPartials * 8 * kBatchTiles * kOwnedPitch * 4;
+// The reduction buffer: [kPartials][ROWS][kOwnedPitch] floats (only the ROWS rows of a batch tile that exist).
+constexpr int kReduceBytes = kPartials * ROWS * kOwnedPitch * 4;
 // The ring (STAGES >= 1), per warp.
 constexpr int kWarpRows = 16 * TILES;
 constexpr int kChunkK = 32 * K_UNROLL;
@@ -238,11 +239,12 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
       Ring::commit();
     }
   }
-  // The next launch starts at once only where the prologue issued all of w.
-  // why: docs/design/gemm.md, "Keeping w in flight".
-  constexpr bool kAllOfWInPrologue = W_ON_CHIP || (STAGES == 0 ? kIterations == 1 : STAGES == kChunks);
+  // TRIGGER_IN_PROLOGUE: the next launch starts here, at once; else after the MMAs (mark 5). Allowed
+  // only where the prologue issued all of w. why: docs/design/gemm.md, "Where the next launch starts".
+  static_assert(!TRIGGER_IN_PROLOGUE || W_ON_CHIP || (STAGES == 0 ? kIterations == 1 : STAGES == kChunks),
+                "TRIGGER_IN_PROLOGUE needs all of w issued by the prologue");
   trace.mark(1);
-  if constexpr (kAllOfWInPrologue) pdl_launch_dependents();
+  if constexpr (TRIGGER_IN_PROLOGUE) pdl_launch_dependents();
   // Cluster phase 1: every CTA has started (mbarrier initialized, shared memory writable by
   // peers). Waited for just before the epilogue's remote stores.
   if constexpr (SPLIT_K > 1) pooler::cluster_arrive_relaxed();
@@ -378,7 +380,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   }
   trace.mark(5);
 
-  if constexpr (!kAllOfWInPrologue) pdl_launch_dependents();
+  if constexpr (!TRIGGER_IN_PROLOGUE) pdl_launch_dependents();
 
   // After pdl_wait (the previous call advanced it); loaded here to hide behind the reduction.
   u32 stage = 0;
@@ -387,7 +389,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     pooler::mailbox_hand_over_stage(state, stage);
   }
 
-  // Partial p of column col, row r: rank col / kOwned, reduce[(p*8*kBatchTiles + r)*kOwnedPitch + col % kOwned].
+  // Partial p of column col, row r: rank col / kOwned, reduce[(p * ROWS + r) * kOwnedPitch + col % kOwned].
   float* reduce = reinterpret_cast<float*>(smem + kReduceOffset);
   const int partial = split * WARPS_K + warp_k;
   if constexpr (SPLIT_K > 1) pooler::cluster_wait_acquire();  // phase 1: every peer has started
@@ -404,7 +406,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
         for (int e = 0; e < 2; ++e) {
           const int r = 8 * b + 2 * q + e;  // accumulator columns 2q, 2q+1 = batch rows
           if (r < ROWS) {
-            float* slot = reduce + (partial * 8 * kBatchTiles + r) * kOwnedPitch + owned;
+            float* slot = reduce + (partial * ROWS + r) * kOwnedPitch + owned;
             if constexpr (ASYNC_REDUCE) {
               pooler::st_async_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)),
                                    partial_sum[t][b][2 * half + e],
@@ -437,7 +439,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     for (int o = static_cast<int>(thread_x); o < ROWS * kOwned; o += kThreads) {
       const int r = o / kOwned;
       const int owned = o % kOwned;
-      const float sum = sum_partials(reduce + r * kOwnedPitch + owned, 8 * kBatchTiles * kOwnedPitch);
+      const float sum = sum_partials(reduce + r * kOwnedPitch + owned, ROWS * kOwnedPitch);
       c[static_cast<unsigned long long>(r) * N + first_column + owned] = pooler::bf16_from_float_hw(sum);
     }
     trace.mark(6);
@@ -456,8 +458,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
       const int owned = o % kOwned;
       u32 value = 0u;
       if (active) {
-        value =
-            pooler::bf16_from_float_hw(sum_partials(reduce + r * kOwnedPitch + owned, 8 * kBatchTiles * kOwnedPitch));
+        value = pooler::bf16_from_float_hw(sum_partials(reduce + r * kOwnedPitch + owned, ROWS * kOwnedPitch));
       }
       // Word k: columns 2k (low half) and 2k + 1 (high half), the order of memory.
       const u32 pair = value | (__shfl_down_sync(kAllLanes, value, 1) << 16);

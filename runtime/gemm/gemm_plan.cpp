@@ -71,7 +71,7 @@ long long shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s, bool
   const Derived d = derive(rows, k, s, publish);
   const long long x_bytes = static_cast<long long>(rows) * d.x_pitch;
   const long long reduce_offset = (x_bytes + 15) / 16 * 16;
-  const long long reduce_bytes = static_cast<long long>(d.partials) * 8 * d.batch_tiles * d.owned_pitch * 4;
+  const long long reduce_bytes = static_cast<long long>(d.partials) * rows * d.owned_pitch * 4;
   long long bytes = reduce_offset + reduce_bytes;
   if (s.w_on_chip) {
     // The CTA's share of w: outputs_per_block rows, 128-byte aligned.
@@ -159,21 +159,37 @@ std::optional<PoolerGemmShape> on_chip_shape(int n, int k, int rows, PoolerGemmS
   return s;
 }
 
+// Clusters of 8 CTAs that an H100/H200 (132 SMs) holds at once: 15 per CTA that each SM holds
+// (cuOccupancyMaxActiveClusters on H200: 15 at one CTA per SM, 30 at two, 45 at three).
+constexpr int kResidentCtasPerSmSlot = 120;
+constexpr long long kSmSharedBytes = 228 * 1024;  // per SM, 1 KiB of it reserved per CTA
+constexpr long long kCtaReservedBytes = 1024;
+
+// Whether every CTA of a shape's grid (with the fused publish's reduction, the larger) is resident at once.
+bool one_wave(int n, int k, int rows, const PoolerGemmShape& s) {
+  if (s.split_k != 8) return false;
+  const long long bytes = shared_bytes_unchecked(rows, k, s, true);
+  const long long per_sm = std::min<long long>(kSmSharedBytes / (bytes + kCtaReservedBytes), 2048 / s.block_size);
+  const long long grid = static_cast<long long>(n / s.outputs_per_block) * s.split_k;
+  return grid <= kResidentCtasPerSmSlot * per_sm;
+}
+
 // The on-chip weight path for a register shape, in place, where the rule picks
-// it: where it was measured faster (docs/decisions/0014-weights-on-chip.md),
-// N = 1024 with b = 1, with two CTAs per SM (32 columns per CTA: other sums
-// than the register shape's), so that the next launch copies its w beside this
-// one. POOLER_GEMM_ON_CHIP=off keeps the streaming paths (registers or a ring)
-// everywhere, =on takes the on-chip path with the register shape's sums
-// wherever it fits (both for comparisons). Returns whether it was taken. An
-// explicit POOLER_GEMM_RING=on leaves the ring to choose_ring unless
-// POOLER_GEMM_ON_CHIP=on.
+// it: wherever the register shape streams w through its main loop and the
+// on-chip shape (two CTAs per SM, 32 columns per CTA: other sums than the
+// register shape's) runs in one wave, so that every CTA copies its w before its
+// PDL wait (docs/decisions/0014-weights-on-chip.md, 0025-engine-trigger-and-one-wave.md):
+// N = 1024 at b = 1-3 on an H200. POOLER_GEMM_ON_CHIP=off keeps the streaming
+// paths (registers or a ring) everywhere, =on takes the on-chip path with the
+// register shape's sums wherever it fits (both for comparisons). Returns whether
+// it was taken. An explicit POOLER_GEMM_RING=on leaves the ring to choose_ring
+// unless POOLER_GEMM_ON_CHIP=on.
 bool choose_on_chip(int n, int rows, int k, PoolerGemmShape& s) {
   const std::string mode = override_mode("POOLER_GEMM_ON_CHIP");
   if (mode == "off") return false;
-  if (mode.empty() && (n != 1024 || rows > 1 || override_mode("POOLER_GEMM_RING") == "on")) return false;
+  if (mode.empty() && (all_of_w_in_prologue(rows, k, s) || override_mode("POOLER_GEMM_RING") == "on")) return false;
   const std::optional<PoolerGemmShape> on_chip = on_chip_shape(n, k, rows, s, mode.empty());
-  if (!on_chip) return false;
+  if (!on_chip || (mode.empty() && !one_wave(n, k, rows, *on_chip))) return false;
   s = *on_chip;
   return true;
 }
@@ -333,6 +349,15 @@ GemmPlan::GemmPlan(int rows, int n, int k, const PoolerGemmShape& shape, const G
 }
 
 bool GemmPlan::prologue_holds_all_of_w() const { return all_of_w_in_prologue(rows_, k_, shape_); }
+
+// A plain GEMM lets the next launch start in its prologue wherever that issued all of w. A
+// publishing GEMM's next launch is the consumer, which then only waits: it starts in the prologue
+// only where w is on chip at one row, and after the MMAs elsewhere, which lets the consumer poll
+// (docs/decisions/0025-engine-trigger-and-one-wave.md).
+bool GemmPlan::triggers_in_prologue() const {
+  if (!prologue_holds_all_of_w()) return false;
+  return publish() == nullptr || (shape_.w_on_chip && rows_ == 1);
+}
 
 GemmPlan GemmPlan::publishing(const GemmPublish& publish) const {
   validate_publish(rows_, n_, k_, shape_, publish);
@@ -512,6 +537,7 @@ Form GemmPlan::form(bool trace) const {
       .set("ASYNC_REDUCE", shape.async_reduce ? 1 : 0)
       .set("MIN_CTAS", shape.ctas_per_sm)
       .set("SMEM_BYTES", bytes)
+      .set("TRIGGER_IN_PROLOGUE", triggers_in_prologue() ? 1 : 0)
       .set("TRACE", trace ? 1 : 0);
 }
 

@@ -45,9 +45,12 @@ class GemmPlan {
   // unrolled round of registers, or a ring that holds the warp's whole K
   // range): the next launch may then start at once.
   bool prologue_holds_all_of_w() const;
-  // The template's !kAllOfWInPrologue: the GEMM lets the next launch start only after its own
-  // PDL wait (after its main loop), which a polling consumer after it needs (ConsumerTrigger).
-  bool triggers_after_its_wait() const { return !prologue_holds_all_of_w(); }
+  // The template's TRIGGER_IN_PROLOGUE: the next launch starts before this GEMM's PDL wait
+  // (only where the prologue holds all of w). Else it starts after the MMAs.
+  bool triggers_in_prologue() const;
+  // The GEMM lets the next launch start only after its own PDL wait (after its MMAs), which a
+  // polling consumer after it needs (ConsumerTrigger).
+  bool triggers_after_its_wait() const { return !triggers_in_prologue(); }
   // As pooler_gemm_form.
   Form form(bool trace = false) const;
 
