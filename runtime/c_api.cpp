@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "runtime/c_api_internal.hpp"
+#include "runtime/jit/log.hpp"
 
 static_assert(sizeof(pooler_unique_id) == sizeof(ncclUniqueId),
               "pooler_unique_id must be an ncclUniqueId byte for byte");
@@ -19,6 +20,11 @@ static_assert(static_cast<int>(pooler::DType::bf16) == POOLER_DTYPE_BF16 &&
                   static_cast<int>(pooler::DType::u8) == POOLER_DTYPE_U8 &&
                   static_cast<int>(pooler::DType::e4m3) == POOLER_DTYPE_E4M3,
               "pooler_dtype mirrors pooler::DType");
+static_assert(POOLER_LOG_TRACE == SPDLOG_LEVEL_TRACE && POOLER_LOG_DEBUG == SPDLOG_LEVEL_DEBUG &&
+                  POOLER_LOG_INFO == SPDLOG_LEVEL_INFO && POOLER_LOG_WARN == SPDLOG_LEVEL_WARN &&
+                  POOLER_LOG_ERROR == SPDLOG_LEVEL_ERROR && POOLER_LOG_CRITICAL == SPDLOG_LEVEL_CRITICAL &&
+                  POOLER_LOG_OFF == SPDLOG_LEVEL_OFF,
+              "pooler_log_level mirrors spdlog's levels");
 static_assert(static_cast<int>(pooler::Transport::automatic) == POOLER_TRANSPORT_AUTO &&
                   static_cast<int>(pooler::Transport::lamport) == POOLER_TRANSPORT_LAMPORT &&
                   static_cast<int>(pooler::Transport::nccl) == POOLER_TRANSPORT_NCCL,
@@ -224,6 +230,35 @@ pooler_status pooler_device_count(int* count) {
     require(count, "count", "a pointer to an int");
     *count = 0;
     *count = pooler::device_count();
+  });
+}
+
+namespace {
+
+// A pooler_log_level as spdlog's (the same numbers); `allow_off` for a minimum level.
+spdlog::level::level_enum log_level(int level, const char* name, bool allow_off) {
+  const int highest = allow_off ? POOLER_LOG_OFF : POOLER_LOG_CRITICAL;
+  if (level < POOLER_LOG_TRACE || level > highest) {
+    throw InvalidArgument(fmt::format("{} is {}; expected a pooler_log_level from POOLER_LOG_TRACE (0) to {} ({})",
+                                      name, level, allow_off ? "POOLER_LOG_OFF" : "POOLER_LOG_CRITICAL", highest));
+  }
+  return static_cast<spdlog::level::level_enum>(level);
+}
+
+}  // namespace
+
+pooler_status pooler_set_log_callback(pooler_log_callback callback, void* user_data, int min_level) {
+  return guarded("pooler_set_log_callback", nullptr, [&] {
+    const spdlog::level::level_enum level = log_level(min_level, "min_level", true);
+    pooler::set_log_callback(callback, user_data, level);
+  });
+}
+
+pooler_status pooler_log(int level, const char* message) {
+  return guarded("pooler_log", nullptr, [&] {
+    const spdlog::level::level_enum checked = log_level(level, "level", false);
+    require(message, "message", "a NUL-terminated string");
+    pooler::log().log(checked, "{}", message);
   });
 }
 

@@ -295,6 +295,7 @@ Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<
   // multicast is refused whatever the arguments, before any collective. (Ranks whose
   // allow_nvls differ where NCCL_NVLS_ENABLE=0 fail in the configuration vote.)
   check_nvls(options.allow_nvls);
+  check_log_destination();  // a bad POOLER_LOG_DEST is InvalidArgument, as any bad knob
   if (comm == nullptr) {
     throw InvalidArgument("Pooler: the NCCL communicator is null");
   }
@@ -302,6 +303,8 @@ Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<
   s.options = std::move(options);
   check_nccl(ncclCommCount(comm, &s.tp), "ncclCommCount", "Pooler", comm);
   check_nccl(ncclCommUserRank(comm, &s.rank), "ncclCommUserRank", "Pooler", comm);
+  const LogRankScope log_rank(s.rank);  // this rank in every line of the construction
+  note_process_rank(s.rank);
   check_nccl(ncclCommCuDevice(comm, &s.ordinal), "ncclCommCuDevice", "Pooler", comm);
   s.context.emplace(s.ordinal);
   ContextScope scope(s.context->get());
@@ -368,6 +371,7 @@ Pooler::~Pooler() {
   // let them finish before anything is released (the mailbox's own release is
   // collective and comes last, with the members).
   if (impl_ && impl_->context) {
+    const LogRankScope log_rank(impl_->rank);
     try {
       ContextScope scope(impl_->context->get());
       if (CUresult status = driver().cuCtxSynchronize(); status != CUDA_SUCCESS) {
@@ -381,6 +385,7 @@ Pooler::~Pooler() {
 
 void Pooler::warm_up() {
   Impl& s = *impl_;
+  const LogRankScope log_rank(s.rank);
   ContextScope scope(s.context->get());
   s.check_usable();
   // Whatever the caller queued must be done before the warm-up's calls, which

@@ -28,5 +28,6 @@ void check_options(void);
 void check_null_handles(void);
 void check_bad_arguments(void);
 void check_handle_magic(void);
+void check_log_callback(void);
 
 #endif

@@ -524,6 +524,7 @@ int main(int argc, char** argv) {
   }
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   check_library();
+  check_log_callback();
   check_options();
   check_null_handles();
   check_bad_arguments();

@@ -235,3 +235,56 @@ void check_handle_magic(void) {
   EXPECT_OK(pooler_comm_info(other, &a, &b, &c));
   EXPECT_OK(pooler_comm_destroy(other));
 }
+
+/* What the log callback saw (poisoned before each check). */
+typedef struct log_capture {
+  int calls;
+  int level;
+  int rank;
+  char message[256];
+} log_capture;
+
+static void capture_log(void* user_data, int level, int rank, const char* message) {
+  log_capture* seen = (log_capture*)user_data;
+  ++seen->calls;
+  seen->level = level;
+  seen->rank = rank;
+  snprintf(seen->message, sizeof(seen->message), "%s", message);
+}
+
+void check_log_callback(void) {
+  log_capture seen;
+  char line[128];
+  memset(&seen, 0, sizeof(seen));
+  seen.level = -7;
+  seen.rank = -7;
+  strcpy(seen.message, "poison");
+  CHECK(POOLER_LOG_TRACE == 0 && POOLER_LOG_INFO == 2 && POOLER_LOG_OFF == 6);
+
+  EXPECT_OK(pooler_set_log_callback(capture_log, &seen, POOLER_LOG_INFO));
+  EXPECT_OK(pooler_log(POOLER_LOG_DEBUG, "below the minimum level"));
+  CHECK(seen.calls == 0);
+  /* A fresh text each run: the pid and the clock. */
+  snprintf(line, sizeof(line), "c api line %ld at %ld", (long)getpid(), (long)time(NULL));
+  EXPECT_OK(pooler_log(POOLER_LOG_WARN, line));
+  CHECK(seen.calls == 1);
+  CHECK(seen.level == POOLER_LOG_WARN);
+  CHECK(seen.rank == -1); /* no Pooler in this process yet */
+  CHECK(strcmp(seen.message, line) == 0);
+
+  /* Bad levels and a NULL message: refused, naming the value; the callback stays. */
+  EXPECT_STATUS(pooler_set_log_callback(capture_log, &seen, 7), POOLER_INVALID_ARGUMENT, "min_level is 7");
+  EXPECT_STATUS(pooler_set_log_callback(capture_log, &seen, -1), POOLER_INVALID_ARGUMENT, "min_level is -1");
+  EXPECT_STATUS(pooler_log(POOLER_LOG_OFF, "off"), POOLER_INVALID_ARGUMENT, "level is 6");
+  EXPECT_STATUS(pooler_log(-3, "negative"), POOLER_INVALID_ARGUMENT, "level is -3");
+  EXPECT_STATUS(pooler_log(POOLER_LOG_ERROR, NULL), POOLER_INVALID_ARGUMENT, "message is NULL");
+  CHECK(seen.calls == 1);
+  EXPECT_OK(pooler_log(POOLER_LOG_CRITICAL, "second"));
+  CHECK(seen.calls == 2 && seen.level == POOLER_LOG_CRITICAL && strcmp(seen.message, "second") == 0);
+
+  /* Unregistered: nothing more reaches it (this line goes to POOLER_LOG_DEST, stderr). */
+  EXPECT_OK(pooler_set_log_callback(NULL, NULL, POOLER_LOG_OFF));
+  EXPECT_OK(pooler_log(POOLER_LOG_WARN, "c api: a line after the callback was unregistered"));
+  CHECK(seen.calls == 2);
+  printf("ok: log callback\n");
+}

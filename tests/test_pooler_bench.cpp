@@ -7,10 +7,13 @@
 
 #include "pooler/pooler.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "runtime/jit/cubin_elf.hpp"
 #include "runtime/jit/kernel_cache.hpp"
@@ -35,11 +38,12 @@ TEST(PoolerBench, HelpListsTheFlags) {
   const auto result = bench({"--help"});
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("usage: pooler-bench"), std::string::npos) << result.output;
-  for (const char* flag : {"--hidden",      "--pooled",     "--layers",    "--edge-layers", "--eps",
-                           "--gain-center", "--tp",         "--batches",   "--capacity",    "--no-pdl",
-                           "--seed",        "--weight-std", "--x-std",     "--norm-std",    "--calibration-rows",
-                           "--warmup",      "--replays",    "--read-gb",   "--quick",       "--no-cold",
-                           "--timeout",     "--json",       "--cache-dir", "--arch",        "--transport"}) {
+  for (const char* flag :
+       {"--hidden",    "--pooled",   "--layers",           "--edge-layers", "--eps",       "--gain-center",
+        "--tp",        "--batches",  "--capacity",         "--no-pdl",      "--seed",      "--weight-std",
+        "--x-std",     "--norm-std", "--calibration-rows", "--warmup",      "--replays",   "--read-gb",
+        "--quick",     "--no-cold",  "--timeout",          "--json",        "--cache-dir", "--arch",
+        "--transport", "--kernels"}) {
     EXPECT_NE(result.output.find(std::string("  ") + flag), std::string::npos) << flag << " is not in --help";
   }
   EXPECT_NE(result.output.find("(1,2,4,8,16)"), std::string::npos) << "the default batches";
@@ -55,11 +59,23 @@ TEST(PoolerBench, EveryToolAnswersVersion) {
                                              {POOLER_BENCH_TOOL, "--no-such-flag", "--version"},
                                              {POOLER_CUBIN_TOOL, "--version"},
                                              {POOLER_KERNEL_BENCH_TOOL, "--engine", "--version"},
-                                             {POOLER_KERNEL_BENCH_TOOL, "--version"}}) {
+                                             {POOLER_KERNEL_BENCH_TOOL, "--version"},
+                                             {POOLER_EXAMPLE_TOOL, "--version"}}) {
     const auto result = run_process(command, kNoDriver);
     EXPECT_EQ(result.exit_code, 0) << command[0] << ": " << result.output;
     EXPECT_NE(result.output.find(expected), std::string::npos) << command[0] << ": " << result.output;
   }
+}
+
+// pooler-example opens the driver only after reading its arguments: --help works without one, and a
+// run without one fails with the driver named, not the loader's error.
+TEST(PoolerBench, ExampleHelpNeedsNoDriver) {
+  const auto help = run_process({POOLER_EXAMPLE_TOOL, "--help"}, kNoDriver);
+  EXPECT_EQ(help.exit_code, 0) << help.output;
+  EXPECT_NE(help.output.find("usage: pooler-example RANK RANKS UNIQUE_ID_FILE"), std::string::npos) << help.output;
+  const auto usage = run_process({POOLER_EXAMPLE_TOOL, "0"}, kNoDriver);
+  EXPECT_EQ(usage.exit_code, 2) << usage.output;
+  EXPECT_NE(usage.output.find("usage: pooler-example"), std::string::npos) << usage.output;
 }
 
 TEST(PoolerBench, UsageErrorsExitTwo) {
@@ -90,10 +106,12 @@ TEST(PoolerBench, UsageErrorsExitTwo) {
 TEST(PoolerBench, WithoutAGpuCompilesEveryFormAndPrintsTheKernelTable) {
   ScratchDir dir;
   const std::vector<std::string> args = {"--cache-dir", dir.path(), "--tp", "2", "--arch", "sm_90", "--batches", "8"};
-  const auto result = bench(args);
+  std::vector<std::string> with_table = args;
+  with_table.push_back("--kernels");
+  const auto result = bench(with_table);
   ASSERT_EQ(result.exit_code, 0) << result.output;
   EXPECT_NE(result.output.find("no GPU on this machine (no CUDA driver"), std::string::npos) << result.output;
-  EXPECT_NE(result.output.find("kernel table"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("kernel table ("), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("regs"), std::string::npos) << result.output;
   EXPECT_EQ(result.output.find("<- local memory"), std::string::npos) << result.output;
 
@@ -129,13 +147,28 @@ TEST(PoolerBench, WithoutAGpuCompilesEveryFormAndPrintsTheKernelTable) {
   ASSERT_EQ(again.exit_code, 0) << again.output;
   EXPECT_NE(again.output.find("cuInit failed with CUDA_ERROR_NO_DEVICE"), std::string::npos) << again.output;
   EXPECT_EQ(testing::entry_files(dir.path()).size(), forms.size());
-  EXPECT_NE(again.output.find(" disk "), std::string::npos) << again.output;
+  // Without --kernels: a summary, no table and no form named.
+  EXPECT_NE(again.output.find(fmt::format("sm_90: {} form(s) in ", forms.size())), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find(fmt::format(": 0 compiled, {} from disk, 0 from memory", forms.size())),
+            std::string::npos)
+      << again.output;
+  EXPECT_NE(again.output.find("none uses local memory"), std::string::npos) << again.output;
+  EXPECT_EQ(again.output.find("kernel table ("), std::string::npos) << again.output;
+  EXPECT_EQ(again.output.find(forms.front().name() + " "), std::string::npos) << again.output;
+  EXPECT_LT(std::count(again.output.begin(), again.output.end(), '\n'), 16) << again.output;
   std::ifstream file(report);
   ASSERT_TRUE(file.good()) << "--json without a GPU must write its report";
   const std::string json((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   EXPECT_NE(json.find("\"measured\": false"), std::string::npos) << json;
   EXPECT_NE(json.find("\"no_gpu\": \"no CUDA driver: cuInit failed"), std::string::npos) << json;
   EXPECT_NE(json.find("\"registers\": "), std::string::npos) << json;
+  // Its provenance (tools/harness/bench_json.*): version, commit, schema, date, machine.
+  EXPECT_EQ(json.find("{\n  \"provenance\": {\n    \"schema_version\": "), 0u) << json;
+  EXPECT_NE(json.find(std::string("\"pooler_version\": \"") + pooler_version() + "\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"git_commit\": \""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"date\": \"20"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"gpu\": \"no GPU\""), std::string::npos) << json;
+  EXPECT_NE(json.find("\"hostname\": \""), std::string::npos) << json;
 }
 
 TEST(PoolerBenchKernels, CompileForBothArchitecturesWithoutLocalMemory) {

@@ -30,7 +30,8 @@ Pooler's construction time, cold (empty cache) and warm (cache on disk, new
 process).
 
 Without a GPU (no driver, or no device) it says so, compiles every form of the
-configuration into the kernel cache, prints the kernel table and exits 0.
+configuration into the kernel cache, prints a summary per architecture (the
+kernel table with --kernels) and exits 0.
 
 model (defaults: Muse Spark):
   --hidden H             H, the pooler GEMM's K (8192)
@@ -84,6 +85,9 @@ output:
                          GPU the default is POOLER_CACHE_DIR, else ~/.cache/pooler.
   --arch ARCH            without a GPU: compile for ARCH; repeatable (sm_90 and
                          sm_100a)
+  --kernels              without a GPU: print each form as it is ready and the
+                         kernel table (registers, shared and local memory per
+                         kernel) instead of one summary line per architecture
   --version              the version and C ABI of the library it runs
   -h, --help             this text
 
@@ -269,6 +273,8 @@ Options parse_options(int argc, char** argv, bool& help) {
       o.cold = false;
     } else if (flag == "--timeout") {
       o.timeout_s = to_double(flag, value(), 1, 86400);
+    } else if (flag == "--kernels") {
+      o.kernels = true;
     } else if (flag == "--json") {
       o.json = value();
     } else if (flag == "--cache-dir") {

@@ -46,6 +46,7 @@ struct Options {
   std::string json;
   std::string cache_dir;
   std::vector<std::string> archs;  // without a GPU; default sm_90 and sm_100a
+  bool kernels = false;            // without a GPU: every form and the kernel table, not a summary
 
   // Hidden: set by the parent for the processes it starts.
   Phase phase = Phase::parent;

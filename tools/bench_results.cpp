@@ -6,13 +6,19 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <numeric>
 
 #include <fmt/format.h>
 
 #include "pooler/error.hpp"
+#include "tools/harness/bench_json.hpp"
 
 namespace pooler::bench {
+
+using harness::finite_or_null;
+using harness::Json;
+using harness::write_bench_json;
 
 // ---- the child's side ------------------------------------------------------------------
 
@@ -210,67 +216,29 @@ std::vector<Target> targets(const RunResults& results) {
   return out;
 }
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<int>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
-
-std::string json_number(double v) { return std::isfinite(v) ? fmt::format("{}", v) : std::string("null"); }
-
-std::string json_spread(const Figure& f) {
-  if (!f.present) return "null";
+Json json_spread(const Figure& f) {
+  if (!f.present) return nullptr;
   const Spread& s = f.s;
-  return fmt::format("{{\"median\": {}, \"p10\": {}, \"p90\": {}, \"min\": {}, \"max\": {}, \"mean\": {}}}",
-                     json_number(s.median), json_number(s.p10), json_number(s.p90), json_number(s.min),
-                     json_number(s.max), json_number(s.mean));
+  return Json{{"median", finite_or_null(s.median)}, {"p10", finite_or_null(s.p10)}, {"p90", finite_or_null(s.p90)},
+              {"min", finite_or_null(s.min)},       {"max", finite_or_null(s.max)}, {"mean", finite_or_null(s.mean)}};
 }
 
-std::string json_ranks(const std::vector<RankReport>& ranks) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    const RankReport& r = ranks[i];
-    out += fmt::format("{}\n    {{\"rank\": {}, \"done\": {}, \"ended\": {}, \"metrics\": {{", i ? "," : "", r.rank,
-                       r.done, json_string(r.ended));
-    bool first = true;
-    for (const auto& [name, value] : r.metrics) {
-      out += fmt::format("{}{}: {}", first ? "" : ", ", json_string(name), json_number(value));
-      first = false;
-    }
-    out += "}, \"texts\": {";
-    first = true;
-    for (const auto& [name, value] : r.texts) {
-      out += fmt::format("{}{}: {}", first ? "" : ", ", json_string(name), json_string(value));
-      first = false;
-    }
-    out += "}, \"mismatches\": [";
-    for (std::size_t m = 0; m < r.mismatches.size(); ++m) out += (m ? ", " : "") + json_string(r.mismatches[m]);
-    out += "], \"errors\": [";
-    for (std::size_t m = 0; m < r.errors.size(); ++m) out += (m ? ", " : "") + json_string(r.errors[m]);
-    out += "]}";
+Json json_ranks(const std::vector<RankReport>& ranks) {
+  Json out = Json::array();
+  for (const RankReport& r : ranks) {
+    Json metrics = Json::object();
+    for (const auto& [name, value] : r.metrics) metrics[name] = finite_or_null(value);
+    Json texts = Json::object();
+    for (const auto& [name, value] : r.texts) texts[name] = value;
+    out.push_back(Json{{"rank", r.rank},
+                       {"done", r.done},
+                       {"ended", r.ended},
+                       {"metrics", metrics},
+                       {"texts", texts},
+                       {"mismatches", r.mismatches},
+                       {"errors", r.errors}});
   }
-  return out + (ranks.empty() ? "]" : "\n  ]");
+  return out;
 }
 
 }  // namespace
@@ -450,121 +418,164 @@ void print_report(const RunResults& results, std::FILE* out) {
 void write_json(const RunResults& results, const std::string& path) {
   const Options& o = *results.options;
   const Machine& m = results.machine;
-  std::string j = "{\n";
-  j += fmt::format("  \"tool\": \"pooler-bench\",\n  \"date\": {},\n  \"succeeded\": {},\n  \"elapsed_s\": {},\n",
-                   json_string(m.date), succeeded(results), json_number(results.elapsed_s));
-  j += fmt::format(
-      "  \"machine\": {{\"gpu\": {}, \"gpu_count\": {}, \"architecture\": {}, \"multiprocessors\": {}, "
-      "\"l2_bytes\": {}, \"driver_version\": {}, \"cuda_driver_api\": {}, \"cuda_runtime\": {}, "
-      "\"cublas\": {}, \"nccl\": {}, \"nvrtc\": {}, \"host\": {}}},\n",
-      json_string(m.gpu), m.count, json_string(m.architecture), m.multiprocessors, m.l2_bytes, json_string(m.driver),
-      json_string(cuda_version_string(m.cuda_driver_api)), json_string(cuda_version_string(m.cuda_runtime)),
-      json_string(m.cublas), json_string(fmt::format("{}.{}.{}", m.nccl / 10000, m.nccl / 100 % 100, m.nccl % 100)),
-      json_string(m.nvrtc), json_string(m.host));
-  std::string edges = "[";
-  for (std::size_t i = 0; i < o.edge_layers.size(); ++i) edges += fmt::format("{}{}", i ? ", " : "", o.edge_layers[i]);
-  edges += "]";
-  j += fmt::format(
-      "  \"config\": {{\"hidden\": {}, \"pooled\": {}, \"layers\": {}, \"edge_layers\": {}, \"eps\": {}, "
-      "\"gain_center\": {}, \"tp\": {}, \"batches\": [{}], \"capacity\": {}, \"pdl\": {}, \"transport\": {}, "
-      "\"seed\": {}, \"weight_std\": {}, \"x_std\": {}, \"norm_std\": {}, \"calibration_rows\": {}, \"warmup\": {}, "
-      "\"replays\": {}, \"read_gb\": {}, \"quick\": {}, \"cache_dir\": {}, \"cache_dir_temporary\": {}}},\n",
-      o.hidden, o.pooled, o.layers, edges, json_number(o.eps), json_number(o.gain_center), results.tp,
-      fmt::join(o.batches, ", "), o.capacity, o.pdl,
-      json_string(o.lamport && o.nccl ? "both" : (o.lamport ? "lamport" : "nccl")), o.seed, json_number(o.weight_std),
-      json_number(o.x_std), json_number(o.norm_std), o.calibration_rows, o.warmup, o.replays, json_number(o.read_gb),
-      o.quick, json_string(results.cache_dir), results.cache_dir_temporary);
+  Json j;
+  j["tool"] = "pooler-bench";
+  j["date"] = m.date;
+  j["succeeded"] = succeeded(results);
+  j["elapsed_s"] = finite_or_null(results.elapsed_s);
+  j["machine"] = Json{{"gpu", m.gpu},
+                      {"gpu_count", m.count},
+                      {"architecture", m.architecture},
+                      {"multiprocessors", m.multiprocessors},
+                      {"l2_bytes", m.l2_bytes},
+                      {"driver_version", m.driver},
+                      {"cuda_driver_api", cuda_version_string(m.cuda_driver_api)},
+                      {"cuda_runtime", cuda_version_string(m.cuda_runtime)},
+                      {"cublas", m.cublas},
+                      {"nccl", fmt::format("{}.{}.{}", m.nccl / 10000, m.nccl / 100 % 100, m.nccl % 100)},
+                      {"nvrtc", m.nvrtc},
+                      {"host", m.host}};
+  j["config"] = Json{{"hidden", o.hidden},
+                     {"pooled", o.pooled},
+                     {"layers", o.layers},
+                     {"edge_layers", o.edge_layers},
+                     {"eps", finite_or_null(o.eps)},
+                     {"gain_center", finite_or_null(o.gain_center)},
+                     {"tp", results.tp},
+                     {"batches", o.batches},
+                     {"capacity", o.capacity},
+                     {"pdl", o.pdl},
+                     {"transport", o.lamport && o.nccl ? "both" : (o.lamport ? "lamport" : "nccl")},
+                     {"seed", o.seed},
+                     {"weight_std", finite_or_null(o.weight_std)},
+                     {"x_std", finite_or_null(o.x_std)},
+                     {"norm_std", finite_or_null(o.norm_std)},
+                     {"calibration_rows", o.calibration_rows},
+                     {"warmup", o.warmup},
+                     {"replays", o.replays},
+                     {"read_gb", finite_or_null(o.read_gb)},
+                     {"quick", o.quick},
+                     {"cache_dir", results.cache_dir},
+                     {"cache_dir_temporary", results.cache_dir_temporary}};
   auto per_rank = [](const std::vector<RankReport>& ranks, const char* name) {
-    std::string s = "[";
-    for (std::size_t i = 0; i < ranks.size(); ++i) {
-      s += (i ? ", " : "") + (ranks[i].has(name) ? json_number(ranks[i].get(name)) : std::string("null"));
-    }
-    return s + "]";
+    Json values = Json::array();
+    for (const RankReport& r : ranks) values.push_back(r.has(name) ? finite_or_null(r.get(name)) : Json(nullptr));
+    return values;
   };
-  j += fmt::format(
-      "  \"construction_ms\": {{\"cold\": {}, \"warm\": {}, \"warm_lookups_on_a_fresh_cache\": {}, "
-      "\"how\": \"cold: the first construction in a fresh process whose cache folder {}; warm: a second "
-      "construction in a new process (a new KernelCache) with the cache on disk\"}},\n",
-      per_rank(results.cold, "construction.ms"), per_rank(results.bench, "construction.ms"),
-      per_rank(results.bench, "construction.lookup_ms"),
-      results.cache_dir_temporary ? "started empty" : "was given with --cache-dir (see the origins)");
-  j += fmt::format("  \"read_bandwidth_gbps\": {},\n", per_rank(results.bench, "read.gbps"));
-  j += "  \"batches\": [";
-  for (std::size_t i = 0; i < o.batches.size(); ++i) {
-    const int b = o.batches[i];
+  j["construction_ms"] = Json{
+      {"cold", per_rank(results.cold, "construction.ms")},
+      {"warm", per_rank(results.bench, "construction.ms")},
+      {"warm_lookups_on_a_fresh_cache", per_rank(results.bench, "construction.lookup_ms")},
+      {"how",
+       fmt::format("cold: the first construction in a fresh process whose cache folder {}; warm: a second "
+                   "construction in a new process (a new KernelCache) with the cache on disk",
+                   results.cache_dir_temporary ? "started empty" : "was given with --cache-dir (see the origins)")}};
+  j["read_bandwidth_gbps"] = per_rank(results.bench, "read.gbps");
+  Json batches = Json::array();
+  for (const int b : o.batches) {
     const auto stock = slowest(results.bench, b, "stock");
     const auto fused = slowest(results.bench, b, "fused");
     const auto nccl = slowest(results.bench, b, "fused_nccl");
-    j += fmt::format(
-        "{}\n    {{\"b\": {}, \"speedup\": {}, \"speedup_nccl\": {}", i ? "," : "", b,
-        stock.present && fused.present && fused.s.median > 0 ? json_number(stock.s.median / fused.s.median) : "null",
-        stock.present && nccl.present && nccl.s.median > 0 ? json_number(stock.s.median / nccl.s.median) : "null");
-    for (const char* graph : kGraphs) {
-      j += fmt::format(", \"{}_us\": {}", graph, json_spread(slowest(results.bench, b, graph)));
-    }
+    Json row;
+    row["b"] = b;
+    row["speedup"] = stock.present && fused.present && fused.s.median > 0
+                         ? finite_or_null(stock.s.median / fused.s.median)
+                         : Json(nullptr);
+    row["speedup_nccl"] = stock.present && nccl.present && nccl.s.median > 0
+                              ? finite_or_null(stock.s.median / nccl.s.median)
+                              : Json(nullptr);
+    for (const char* graph : kGraphs) row[fmt::format("{}_us", graph)] = json_spread(slowest(results.bench, b, graph));
     const auto percent = over_ranks(results.bench, key(b, "gemm.percent"), true);
     const auto gbps = over_ranks(results.bench, key(b, "gemm.gbps"), true);
-    j += fmt::format(", \"gemm_gbps\": {}, \"gemm_percent_of_read_bandwidth\": {}",
-                     gbps.present ? json_number(gbps.v) : "null", percent.present ? json_number(percent.v) : "null");
-    j += fmt::format(
-        ", \"checked_layers\": {}, \"mismatches\": {}, \"sign_of_zero\": {}, \"replay_mismatches\": {}, "
-        "\"stock_self_check_errors\": {}, \"gemm_outputs_beyond_2_ulps_of_cublas\": {}}}",
-        json_number(over_ranks(results.bench, key(b, "check.layers"), true).v),
-        json_number(sum_over_ranks(results.bench, key(b, "check.mismatches"))),
-        json_number(sum_over_ranks(results.bench, key(b, "check.sign_of_zero"))),
-        json_number(sum_over_ranks(results.bench, key(b, "check.replay_mismatches"))),
-        json_number(sum_over_ranks(results.bench, key(b, "check.stock_self"))),
-        json_number(sum_over_ranks(results.bench, key(b, "check.gemm_vs_cublas"))));
-    j.pop_back();  // the closing brace: the nccl transport's checks follow
-    j += fmt::format(
-        ", \"nccl_checked_layers\": {}, \"nccl_mismatches\": {}, \"nccl_replay_mismatches\": {}}}",
-        results.options->nccl ? json_number(over_ranks(results.bench, key(b, "check_nccl.layers"), true).v) : "null",
-        json_number(sum_over_ranks(results.bench, key(b, "check_nccl.mismatches"))),
-        json_number(sum_over_ranks(results.bench, key(b, "check_nccl.replay_mismatches"))));
+    row["gemm_gbps"] = gbps.present ? finite_or_null(gbps.v) : Json(nullptr);
+    row["gemm_percent_of_read_bandwidth"] = percent.present ? finite_or_null(percent.v) : Json(nullptr);
+    row["checked_layers"] = finite_or_null(over_ranks(results.bench, key(b, "check.layers"), true).v);
+    row["mismatches"] = finite_or_null(sum_over_ranks(results.bench, key(b, "check.mismatches")));
+    row["sign_of_zero"] = finite_or_null(sum_over_ranks(results.bench, key(b, "check.sign_of_zero")));
+    row["replay_mismatches"] = finite_or_null(sum_over_ranks(results.bench, key(b, "check.replay_mismatches")));
+    row["stock_self_check_errors"] = finite_or_null(sum_over_ranks(results.bench, key(b, "check.stock_self")));
+    row["gemm_outputs_beyond_2_ulps_of_cublas"] =
+        finite_or_null(sum_over_ranks(results.bench, key(b, "check.gemm_vs_cublas")));
+    row["nccl_checked_layers"] = results.options->nccl
+                                     ? finite_or_null(over_ranks(results.bench, key(b, "check_nccl.layers"), true).v)
+                                     : Json(nullptr);
+    row["nccl_mismatches"] = finite_or_null(sum_over_ranks(results.bench, key(b, "check_nccl.mismatches")));
+    row["nccl_replay_mismatches"] =
+        finite_or_null(sum_over_ranks(results.bench, key(b, "check_nccl.replay_mismatches")));
+    batches.push_back(std::move(row));
   }
-  j += "\n  ],\n  \"targets\": [";
-  const auto all = targets(results);
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    const Target& t = all[i];
-    j += fmt::format("{}\n    {{\"what\": {}, \"value\": {}, \"target\": {}, \"met\": {}}}", i ? "," : "",
-                     json_string(t.what), t.met >= 0 ? json_number(t.number) : "null", json_string(t.target),
-                     t.met < 0 ? "null" : (t.met == 1 ? "true" : "false"));
+  j["batches"] = std::move(batches);
+  Json all = Json::array();
+  for (const Target& t : targets(results)) {
+    all.push_back(Json{{"what", t.what},
+                       {"value", t.met >= 0 ? finite_or_null(t.number) : Json(nullptr)},
+                       {"target", t.target},
+                       {"met", t.met < 0 ? Json(nullptr) : Json(t.met == 1)}});
   }
-  j += "\n  ],\n";
-  j += "  \"ranks\": " + json_ranks(results.bench) + ",\n";
-  j += "  \"cold_ranks\": " + json_ranks(results.cold) + "\n}\n";
-  std::ofstream file(path);
-  file << j;
-  file.close();
-  if (!file) throw Error(fmt::format("pooler-bench: cannot write the JSON report to {}", path));
+  j["targets"] = std::move(all);
+  j["ranks"] = json_ranks(results.bench);
+  j["cold_ranks"] = json_ranks(results.cold);
+  write_bench_json(path, "pooler-bench", m.gpu, j);
+}
+
+// One line for an architecture's forms (rows from `first`): where they came from, the largest
+// register count and static shared memory, and how many kernels use local memory.
+void print_offline_summary(const std::string& arch, const std::vector<OfflineForm>& rows, std::size_t first,
+                           double seconds) {
+  std::map<std::string, int> origins;
+  std::size_t kernels = 0;
+  int spilling = 0;
+  int unreadable = 0;
+  const KernelResources* most_registers = nullptr;
+  const KernelResources* most_shared = nullptr;
+  for (std::size_t i = first; i < rows.size(); ++i) {
+    ++origins[rows[i].origin];
+    unreadable += rows[i].problem.empty() ? 0 : 1;
+    for (const KernelResources& kernel : rows[i].kernels) {
+      ++kernels;
+      spilling += kernel.local_bytes > 0 ? 1 : 0;
+      if (most_registers == nullptr || kernel.registers > most_registers->registers) most_registers = &kernel;
+      if (most_shared == nullptr || kernel.shared_bytes > most_shared->shared_bytes) most_shared = &kernel;
+    }
+  }
+  fmt::print("{}: {} form(s) in {:.1f} s: {} compiled, {} from disk, {} from memory; {} kernel(s)", arch,
+             rows.size() - first, seconds, origins["compiled"], origins["disk"], origins["memory"], kernels);
+  if (most_registers != nullptr) {
+    fmt::print(", at most {} registers ({}), {} bytes of static shared memory ({})", most_registers->registers,
+               most_registers->name, most_shared->shared_bytes, most_shared->name);
+  }
+  fmt::print("; {}\n", spilling == 0 ? std::string("none uses local memory")
+                                     : fmt::format("{} use local memory (--kernels names them)", spilling));
+  if (unreadable > 0) fmt::print("{}: the resources of {} form(s) could not be read (--kernels)\n", arch, unreadable);
 }
 
 void write_offline_json(const std::string& path, const std::string& no_gpu, const std::vector<OfflineForm>& forms,
                         bool succeeded) {
-  std::string j = "{\n  \"tool\": \"pooler-bench\",\n";
-  j += fmt::format("  \"succeeded\": {},\n  \"measured\": false,\n  \"no_gpu\": {},\n  \"forms\": [", succeeded,
-                   json_string(no_gpu));
-  for (std::size_t i = 0; i < forms.size(); ++i) {
-    const OfflineForm& f = forms[i];
-    std::string kernels = "[";
-    for (std::size_t k = 0; k < f.kernels.size(); ++k) {
-      const KernelResources& r = f.kernels[k];
-      kernels += fmt::format(
-          "{}{{\"name\": {}, \"registers\": {}, \"shared_bytes\": {}, \"local_bytes\": {}, "
-          "\"stack_bytes\": {}}}",
-          k ? ", " : "", json_string(r.name), r.registers, r.shared_bytes, r.local_bytes, r.stack_bytes);
+  Json j;
+  j["tool"] = "pooler-bench";
+  j["succeeded"] = succeeded;
+  j["measured"] = false;
+  j["no_gpu"] = no_gpu;
+  Json list = Json::array();
+  for (const OfflineForm& f : forms) {
+    Json kernels = Json::array();
+    for (const KernelResources& r : f.kernels) {
+      kernels.push_back(Json{{"name", r.name},
+                             {"registers", r.registers},
+                             {"shared_bytes", r.shared_bytes},
+                             {"local_bytes", r.local_bytes},
+                             {"stack_bytes", r.stack_bytes}});
     }
-    kernels += "]";
-    j += fmt::format("{}\n    {{\"form\": {}, \"arch\": {}, \"origin\": {}, \"compile_s\": {}, \"kernels\": {}{}}}",
-                     i ? "," : "", json_string(f.form), json_string(f.arch), json_string(f.origin),
-                     json_number(f.compile_s), kernels,
-                     f.problem.empty() ? std::string() : fmt::format(", \"problem\": {}", json_string(f.problem)));
+    Json form{{"form", f.form},
+              {"arch", f.arch},
+              {"origin", f.origin},
+              {"compile_s", finite_or_null(f.compile_s)},
+              {"kernels", std::move(kernels)}};
+    if (!f.problem.empty()) form["problem"] = f.problem;
+    list.push_back(std::move(form));
   }
-  j += "\n  ]\n}\n";
-  std::ofstream file(path);
-  file << j;
-  file.close();
-  if (!file) throw Error(fmt::format("pooler-bench: cannot write the JSON report to {}", path));
+  j["forms"] = std::move(list);
+  write_bench_json(path, "pooler-bench", "", j);
 }
 
 }  // namespace pooler::bench

@@ -114,6 +114,11 @@ struct OfflineForm {
   std::string problem;  // why the cubin's resources could not be read, if so
 };
 
+// Without a GPU and without --kernels: one line for an architecture's forms (rows[first..]): where
+// they came from, the largest register count and static shared memory, the kernels using local memory.
+void print_offline_summary(const std::string& arch, const std::vector<OfflineForm>& rows, std::size_t first,
+                           double seconds);
+
 // --json FILE without a GPU: nothing was measured ("measured": false, "no_gpu":
 // why), so the report holds the forms compiled and each kernel's resources.
 // Throws Error when the file cannot be written.

@@ -27,6 +27,7 @@
 #include "runtime/jit/device.hpp"
 #include "runtime/jit/form.hpp"
 #include "runtime/jit/kernel_cache.hpp"
+#include "tools/harness/bench_json.hpp"
 #include "tools/harness/graph.hpp"
 #include "tools/harness/stats.hpp"
 
@@ -92,8 +93,8 @@ class Section {
   // failed but kept what it measured (the tool then exits 1 after the JSON);
   // throws where nothing after it can run.
   virtual bool run(const Setup& setup) = 0;
-  // The section's members of the JSON object, each starting ",\n  ".
-  virtual void write_json(std::ostream& out, const Setup& setup) const = 0;
+  // Adds the section's members to the report (tools/harness/bench_json.hpp).
+  virtual void write_json(harness::Json& out, const Setup& setup) const = 0;
 };
 
 // The forms of the read ceiling, and its measurement (printed).

@@ -57,6 +57,7 @@
 #include "runtime/jit/kernel_cache.hpp"
 #include "runtime/pooler_forms.hpp"
 #include "tools/bench_forms.hpp"
+#include "tools/harness/bench_json.hpp"
 #include "tools/harness/checks.hpp"
 #include "tools/harness/graph.hpp"
 #include "tools/harness/stats.hpp"
@@ -536,25 +537,34 @@ void print_row(const ChainRow& r) {
 
 void write_json(const std::string& path, const ChainOptions& o, const DeviceInfo& info, double ceiling,
                 const std::vector<ChainRow>& rows) {
-  std::ofstream out(path);
-  if (!out) throw Error(fmt::format("--json: cannot write {}", path));
-  out << fmt::format(
-      "{{\"device\": \"{}\", \"loopback\": true, \"pooled\": {}, \"hidden\": {}, \"capacity\": {}, "
-      "\"layers\": {}, \"replays\": {}, \"read_ceiling_gbps\": {:.1f},\n \"rows\": [\n",
-      info.name, kPooled, kHidden, kCapacity, o.layers, o.replays, ceiling);
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const ChainRow& r = rows[i];
-    out << fmt::format(
-        "  {{\"tp\": {}, \"b\": {}, \"n\": {}, \"w_path\": \"{}\", \"rule\": {}, \"shape\": \"{}\", "
-        "\"fused_us\": {:.3f}, \"fused_alt_us\": {:.3f}, \"alt_trigger\": \"{}\", "
-        "\"floor_us\": {:.3f}, \"gemm_us\": {:.3f}, \"gather_us\": {:.3f}, \"publish_us\": {:.3f}, \"stock_us\": "
-        "{:.3f}, "
-        "\"stock_norm_us\": {:.3f}, \"consumer_trigger\": \"{}\", \"row_ctas\": {}, \"check\": \"{}\"}}{}\n",
-        r.tp, r.b, r.n, r.path, r.rule ? "true" : "false", r.shape, r.fused, r.fused_alt,
-        r.fused_alt > 0 ? to_string(r.alt_trigger) : "", r.floor, r.gemm, r.gather(), r.publish, r.stock, r.stock_norm,
-        to_string(r.trigger), r.row_ctas, r.check, i + 1 < rows.size() ? "," : "");
+  using harness::finite_or_null;
+  harness::Json list = harness::Json::array();
+  for (const ChainRow& r : rows) {
+    list.push_back(harness::Json{{"tp", r.tp},
+                                 {"b", r.b},
+                                 {"n", r.n},
+                                 {"w_path", r.path},
+                                 {"rule", r.rule},
+                                 {"shape", r.shape},
+                                 {"fused_us", finite_or_null(r.fused)},
+                                 {"fused_alt_us", finite_or_null(r.fused_alt)},
+                                 {"alt_trigger", r.fused_alt > 0 ? to_string(r.alt_trigger) : ""},
+                                 {"floor_us", finite_or_null(r.floor)},
+                                 {"gemm_us", finite_or_null(r.gemm)},
+                                 {"gather_us", finite_or_null(r.gather())},
+                                 {"publish_us", finite_or_null(r.publish)},
+                                 {"stock_us", finite_or_null(r.stock)},
+                                 {"stock_norm_us", finite_or_null(r.stock_norm)},
+                                 {"consumer_trigger", to_string(r.trigger)},
+                                 {"row_ctas", r.row_ctas},
+                                 {"check", r.check}});
   }
-  out << " ]\n}\n";
+  const harness::Json report{{"device", info.name},    {"loopback", true},
+                             {"pooled", kPooled},      {"hidden", kHidden},
+                             {"capacity", kCapacity},  {"layers", o.layers},
+                             {"replays", o.replays},   {"read_ceiling_gbps", finite_or_null(ceiling)},
+                             {"rows", std::move(list)}};
+  harness::write_bench_json(path, "pooler-kernel-bench --chain", info.name, report);
 }
 
 }  // namespace

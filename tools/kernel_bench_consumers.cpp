@@ -303,13 +303,16 @@ void measure_consumers(const Options& o, KernelCache& cache, const std::string& 
       "  for bit, and the mailbox state's count of consumer calls.\n");
 }
 
-void write_consumer_times(std::ostream& out, const ConsumerTimes& t, int tp) {
-  out << fmt::format(
-      "{{\"nvfp4_consumer_us\": {:.3f}, \"bf16_consumer_us\": {:.3f}, \"stock_norm_quantize_us\": {:.3f}, "
-      "\"stock_norm_us\": {:.3f}, \"publish_us_per_rank\": {:.3f}, \"publishes_call_us\": {:.3f}, "
-      "\"publishes_nvfp4_call_us\": {:.3f}, \"publishes_bf16_call_us\": {:.3f}}}",
-      t.nvfp4(), t.bf16(), t.stock_norm_quantize, t.stock_norm, t.publish / tp, t.publish, t.publish_nvfp4,
-      t.publish_bf16);
+harness::Json consumer_times(const ConsumerTimes& t, int tp) {
+  using harness::finite_or_null;
+  return harness::Json{{"nvfp4_consumer_us", finite_or_null(t.nvfp4())},
+                       {"bf16_consumer_us", finite_or_null(t.bf16())},
+                       {"stock_norm_quantize_us", finite_or_null(t.stock_norm_quantize)},
+                       {"stock_norm_us", finite_or_null(t.stock_norm)},
+                       {"publish_us_per_rank", finite_or_null(t.publish / tp)},
+                       {"publishes_call_us", finite_or_null(t.publish)},
+                       {"publishes_nvfp4_call_us", finite_or_null(t.publish_nvfp4)},
+                       {"publishes_bf16_call_us", finite_or_null(t.publish_bf16)}};
 }
 
 class ConsumerSection final : public Section {
@@ -340,23 +343,21 @@ class ConsumerSection final : public Section {
     return error_.empty();
   }
 
-  void write_json(std::ostream& out, const Setup&) const override {
-    out << fmt::format(
-        ",\n  \"consumers\": {{\"loopback\": true, \"pooled\": {}, \"capacity\": {}, \"eps\": {}, "
-        "\"gain_center\": {}, \"calls_per_graph\": {}, \"replays\": {},\n    \"results\": [\n",
-        kConsumerPooled, kConsumerCapacity, kConsumerEps, kConsumerGainCenter, o_.consumer_calls, o_.replays);
-    for (std::size_t i = 0; i < rows_.size(); ++i) {
-      const ConsumerRow& r = rows_[i];
-      out << fmt::format("      {{\"tp\": {}, \"b\": {}, \"check\": \"{}\", \"pdl\": ", r.tp, r.b,
-                         json_escape(r.check));
-      write_consumer_times(out, r.pdl, r.tp);
-      out << ", \"no_pdl\": ";
-      write_consumer_times(out, r.plain, r.tp);
-      out << "}" << (i + 1 < rows_.size() ? "," : "") << "\n";
+  void write_json(harness::Json& out, const Setup&) const override {
+    harness::Json results = harness::Json::array();
+    for (const ConsumerRow& r : rows_) {
+      results.push_back(harness::Json{{"tp", r.tp},
+                                      {"b", r.b},
+                                      {"check", r.check},
+                                      {"pdl", consumer_times(r.pdl, r.tp)},
+                                      {"no_pdl", consumer_times(r.plain, r.tp)}});
     }
-    out << "    ]";
-    if (!error_.empty()) out << ",\n    \"error\": \"" << json_escape(error_) << "\"";
-    out << "\n  }";
+    harness::Json consumers{
+        {"loopback", true},      {"pooled", kConsumerPooled},          {"capacity", kConsumerCapacity},
+        {"eps", kConsumerEps},   {"gain_center", kConsumerGainCenter}, {"calls_per_graph", o_.consumer_calls},
+        {"replays", o_.replays}, {"results", std::move(results)}};
+    if (!error_.empty()) consumers["error"] = error_;
+    out["consumers"] = std::move(consumers);
   }
 
  private:

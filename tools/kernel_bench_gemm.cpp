@@ -165,7 +165,7 @@ class GemmSection final : public Section {
     return true;
   }
 
-  void write_json(std::ostream& out, const Setup& setup) const override;
+  void write_json(harness::Json& out, const Setup& setup) const override;
 
  private:
   std::vector<std::uint16_t> random_bf16(std::size_t count, float scale) {
@@ -353,30 +353,39 @@ void GemmSection::print_row(const Row& row, double ceiling) const {
   std::fflush(stdout);
 }
 
-void GemmSection::write_json(std::ostream& out, const Setup& setup) const {
+void GemmSection::write_json(harness::Json& out, const Setup& setup) const {
+  using harness::finite_or_null;
   const double ceiling = setup.ceiling.gbps;
-  out << ",\n  \"results\": [\n";
-  for (std::size_t i = 0; i < rows_.size(); ++i) {
-    const Row& r = rows_[i];
+  harness::Json results = harness::Json::array();
+  for (const Row& r : rows_) {
     const double gbps = r.weight_bytes / (r.us * 1e3), gbps_pdl = r.weight_bytes / (r.us_pdl * 1e3);
-    out << fmt::format(
-        "    {{\"b\": {}, \"n\": {}, \"k\": {}, \"w_path\": \"{}\", \"rule\": {}, \"shape\": \"{}\", "
-        "\"weight_bytes\": {:.0f}, \"us\": {:.3f}, "
-        "\"us_pdl\": {:.3f}, \"gbps\": {:.1f}, \"gbps_pdl\": {:.1f}, \"percent_of_ceiling\": {:.1f}, "
-        "\"percent_of_ceiling_pdl\": {:.1f}, \"cublas_us\": {:.3f}, \"speedup_vs_cublas\": {:.3f}, "
-        "\"speedup_pdl_vs_cublas\": {:.3f}, \"outputs_disagreeing_with_cublas\": {}, \"chained_read_us\": {:.3f}, "
-        "\"pdl_percent_of_chained_read\": {:.1f}",
-        r.b, r.n, r.k, r.path, r.rule ? "true" : "false", json_escape(r.shape), r.weight_bytes, r.us, r.us_pdl, gbps,
-        gbps_pdl, 100 * gbps / ceiling, 100 * gbps_pdl / ceiling, r.cublas_us,
-        r.cublas_us > 0 ? r.cublas_us / r.us : 0.0, r.cublas_us > 0 ? r.cublas_us / r.us_pdl : 0.0, r.disagreements,
-        r.read_us, 100 * r.read_us / r.us_pdl);
+    harness::Json row{
+        {"b", r.b},
+        {"n", r.n},
+        {"k", r.k},
+        {"w_path", r.path},
+        {"rule", r.rule},
+        {"shape", r.shape},
+        {"weight_bytes", finite_or_null(r.weight_bytes)},
+        {"us", finite_or_null(r.us)},
+        {"us_pdl", finite_or_null(r.us_pdl)},
+        {"gbps", finite_or_null(gbps)},
+        {"gbps_pdl", finite_or_null(gbps_pdl)},
+        {"percent_of_ceiling", finite_or_null(100 * gbps / ceiling)},
+        {"percent_of_ceiling_pdl", finite_or_null(100 * gbps_pdl / ceiling)},
+        {"cublas_us", finite_or_null(r.cublas_us)},
+        {"speedup_vs_cublas", r.cublas_us > 0 ? finite_or_null(r.cublas_us / r.us) : harness::Json(0.0)},
+        {"speedup_pdl_vs_cublas", r.cublas_us > 0 ? finite_or_null(r.cublas_us / r.us_pdl) : harness::Json(0.0)},
+        {"outputs_disagreeing_with_cublas", r.disagreements},
+        {"chained_read_us", finite_or_null(r.read_us)},
+        {"pdl_percent_of_chained_read", finite_or_null(100 * r.read_us / r.us_pdl)}};
     if (o_.sweep && r.rule) {
-      out << fmt::format(", \"best_sweep_us\": {:.3f}, \"best_sweep_shape\": \"{}\"", r.best_sweep_us,
-                         json_escape(r.best_sweep_shape));
+      row["best_sweep_us"] = finite_or_null(r.best_sweep_us);
+      row["best_sweep_shape"] = r.best_sweep_shape;
     }
-    out << "}" << (i + 1 < rows_.size() ? "," : "") << "\n";
+    results.push_back(std::move(row));
   }
-  out << "  ]";
+  out["results"] = std::move(results);
 }
 
 }  // namespace

@@ -77,11 +77,20 @@ std::string join(const std::vector<int>& values) { return fmt::format("{}", fmt:
 
 // ---- without a GPU: compile every form, print the kernel table ----------------------------
 
+int offline_done(const Options& o, const std::string& why, const std::vector<OfflineForm>& rows, int failures) {
+  if (!o.json.empty()) {
+    // CI that always passes --json gets a file saying why nothing was measured.
+    write_offline_json(o.json, why, rows, failures == 0);
+    fmt::print("wrote {} (no GPU: nothing measured, the forms and their kernels' resources only)\n", o.json);
+  }
+  return failures == 0 ? kOk : kFailed;
+}
+
 int offline(const Options& o, const std::string& why) {
   fmt::print(
       "pooler-bench: no GPU on this machine ({}).\nNothing is measured: every form of the configuration is "
-      "compiled into the kernel cache instead, then the kernel table is printed.\n",
-      why);
+      "compiled into the kernel cache instead{}.\n",
+      why, o.kernels ? ", then the kernel table is printed" : " (--kernels: each form and the kernel table)");
   const std::vector<int> tps = o.tp > 0 ? std::vector<int>{o.tp} : std::vector<int>{1, 2, 4, 8};
   const std::vector<std::string> archs = o.archs.empty() ? std::vector<std::string>{"sm_90", "sm_100a"} : o.archs;
   CacheLocation location = CacheLocation::from_environment();
@@ -108,9 +117,11 @@ int offline(const Options& o, const std::string& why) {
     fmt::print("compiling {} form(s) for {} (TP {}) ...\n", forms.size(), arch, join(tps));
     std::fflush(stdout);
     const auto start = Clock::now();
+    const std::size_t first_row = rows.size();
     try {
       const std::vector<Lookup> lookups =
           cache.get_all(forms, arch, [&](std::size_t index, const Form& form, const Lookup& lookup) {
+            if (!o.kernels) return;
             fmt::print("  [{}/{}] {:<56} {:<8} {:>6.2f} s\n", index + 1, forms.size(), form.name(),
                        to_string(lookup.origin), lookup.entry->compile_seconds);
             std::fflush(stdout);
@@ -128,7 +139,12 @@ int offline(const Options& o, const std::string& why) {
       fmt::print(stderr, "pooler-bench: compiling for {} failed: {}\n", arch, error.what());
       ++failures;
     }
-    fmt::print("{}: done in {:.1f} s\n", arch, seconds_since(start));
+    print_offline_summary(arch, rows, first_row, seconds_since(start));
+  }
+  if (!o.kernels) {
+    fmt::print("{} form(s) in {:.1f} s{}\n", rows.size(), seconds_since(start_all),
+               failures == 0 ? "" : fmt::format("; {} architecture(s) failed", failures));
+    return offline_done(o, why, rows, failures);
   }
 
   fmt::print("\nkernel table ({} form(s), {:.1f} s in all):\n", rows.size(), seconds_since(start_all));
@@ -151,12 +167,7 @@ int offline(const Options& o, const std::string& why) {
       "regs: per thread; shared: static bytes per CTA; local: stack frame bytes per thread (0: no spills); "
       "stack: bytes per thread; compile: NVRTC seconds when the form was first compiled.\n");
   if (spilling > 0) fmt::print("{} kernel(s) use local memory.\n", spilling);
-  if (!o.json.empty()) {
-    // CI that always passes --json gets a file saying why nothing was measured.
-    write_offline_json(o.json, why, rows, failures == 0);
-    fmt::print("wrote {} (no GPU: nothing measured, the kernel table only)\n", o.json);
-  }
-  return failures == 0 ? kOk : kFailed;
+  return offline_done(o, why, rows, failures);
 }
 
 // ---- the machine ------------------------------------------------------------------------------

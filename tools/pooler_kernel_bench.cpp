@@ -59,14 +59,15 @@ std::vector<std::unique_ptr<Section>> sections(const Options& o) {
 
 void write_json(const Setup& setup, const std::vector<std::unique_ptr<Section>>& all) {
   const Options& o = setup.options;
-  std::ofstream out(o.json);
-  if (!out) throw Error(fmt::format("cannot write {}", o.json));
-  out << "{\n  \"device\": \"" << json_escape(setup.info.name) << "\",\n  \"architecture\": \"" << setup.arch
-      << "\",\n  \"multiprocessors\": " << setup.info.multiprocessors << ",\n  \"l2_bytes\": " << setup.info.l2_bytes
-      << ",\n  \"read_ceiling_gbps\": " << fmt::format("{:.2f}", setup.ceiling.gbps)
-      << ",\n  \"read_ceiling_config\": \"" << setup.ceiling.config << "\",\n  \"k\": " << o.k;
-  for (const auto& section : all) section->write_json(out, setup);
-  out << "\n}\n";
+  harness::Json report{{"device", setup.info.name},
+                       {"architecture", setup.arch},
+                       {"multiprocessors", setup.info.multiprocessors},
+                       {"l2_bytes", setup.info.l2_bytes},
+                       {"read_ceiling_gbps", harness::finite_or_null(setup.ceiling.gbps)},
+                       {"read_ceiling_config", setup.ceiling.config},
+                       {"k", o.k}};
+  for (const auto& section : all) section->write_json(report, setup);
+  harness::write_bench_json(o.json, "pooler-kernel-bench", setup.info.name, report);
   std::printf("wrote %s\n", o.json.c_str());
 }
 

@@ -215,6 +215,39 @@ POOLER_C_API const char* pooler_last_error(void);
 /* The number of CUDA devices (POOLER_NO_DRIVER without a usable driver). */
 POOLER_C_API pooler_status pooler_device_count(int* count);
 
+/* ---- logs ----------------------------------------------------------------- */
+
+/* The levels of the library's lines (POOLER_LOG_LEVEL's names: trace, debug,
+ * info, warn, error, critical, off). */
+typedef enum pooler_log_level {
+  POOLER_LOG_TRACE = 0,
+  POOLER_LOG_DEBUG = 1,
+  POOLER_LOG_INFO = 2,
+  POOLER_LOG_WARN = 3,
+  POOLER_LOG_ERROR = 4,
+  POOLER_LOG_CRITICAL = 5,
+  POOLER_LOG_OFF = 6 /* as a minimum level: no line */
+} pooler_log_level;
+
+/* Receives one line: its level (a pooler_log_level), the rank of the Pooler
+ * that logs it (-1 when none or unknown: several ranks in one process, outside
+ * their calls) and the bare message (no time, level, rank or pid), valid during
+ * the call only. Called from the thread that logs (the caller's, or one of the
+ * kernel cache's compile workers), one call at a time; it must not call any
+ * pooler function. */
+typedef void (*pooler_log_callback)(void* user_data, int level, int rank, const char* message);
+
+/* Routes the library's lines at or above `min_level` (POOLER_LOG_TRACE to
+ * POOLER_LOG_OFF) to `callback`, with `user_data`, instead of POOLER_LOG_DEST;
+ * POOLER_LOG_LEVEL then does not apply. Replaces any earlier callback. NULL
+ * unregisters it: lines go to POOLER_LOG_DEST again, at POOLER_LOG_LEVEL.
+ * Unregister it before whatever the callback uses goes away. */
+POOLER_C_API pooler_status pooler_set_log_callback(pooler_log_callback callback, void* user_data, int min_level);
+/* Writes `message` as a line of the library's at `level` (POOLER_LOG_TRACE to
+ * POOLER_LOG_CRITICAL): to the callback or POOLER_LOG_DEST, with this thread's
+ * rank and the pid, if `level` passes the minimum level. */
+POOLER_C_API pooler_status pooler_log(int level, const char* message);
+
 /* ---- communicators -------------------------------------------------------- */
 
 /* A fresh NCCL unique id (ncclGetUniqueId), for pooler_comm_init_rank. */

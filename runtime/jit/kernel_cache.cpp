@@ -302,13 +302,34 @@ std::shared_ptr<const CacheEntry> KernelCache::recompile(const CacheEntry& stale
   }
 }
 
+namespace {
+
+// One line per batch: info when it compiled anything (a cold batch), debug when
+// every form came from a cache.
+void log_batch(const std::vector<Lookup>& results, const std::string& architecture, double seconds) {
+  std::size_t from_memory = 0;
+  std::size_t from_disk = 0;
+  std::size_t compiled = 0;
+  for (const Lookup& lookup : results) {
+    (lookup.origin == Origin::compiled ? compiled : lookup.origin == Origin::disk ? from_disk : from_memory) += 1;
+  }
+  log().log(compiled > 0 ? spdlog::level::info : spdlog::level::debug,
+            "kernel cache: {} form(s) for {} in {:.3f} s: {} compiled, {} from disk, {} from memory", results.size(),
+            architecture, seconds, compiled, from_disk, from_memory);
+}
+
+}  // namespace
+
 std::vector<Lookup> KernelCache::get_all(const std::vector<Form>& forms, const std::string& architecture,
                                          const Progress& progress) {
   std::vector<Lookup> results(forms.size());
   std::vector<std::exception_ptr> failures(forms.size());
   std::atomic<std::size_t> next{0};
   std::mutex progress_mutex;
+  const auto started = std::chrono::steady_clock::now();
+  const int rank = log_rank();  // the workers' lines show the caller's rank
   auto work = [&] {
+    const LogRankScope scope(rank);
     for (std::size_t index = next++; index < forms.size(); index = next++) {
       try {
         results[index] = get(forms[index], architecture);
@@ -334,6 +355,7 @@ std::vector<Lookup> KernelCache::get_all(const std::vector<Form>& forms, const s
       std::rethrow_exception(failure);
     }
   }
+  log_batch(results, architecture, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   return results;
 }
 

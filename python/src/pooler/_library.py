@@ -7,7 +7,7 @@ import os
 import threading
 from pathlib import Path
 
-from . import _abi
+from . import _abi, _logging
 from ._build_info import VERSION
 
 
@@ -70,6 +70,8 @@ _SIGNATURES = {
     "pooler_get_transport": [_handle, _int_p],
     "pooler_form_count": [_handle, _int_p],
     "pooler_form": [_handle, _int, ctypes.POINTER(ctypes.c_char_p)],
+    "pooler_set_log_callback": [_logging.CALLBACK, ctypes.c_void_p, _int],
+    "pooler_log": [_int, ctypes.c_char_p],
 }
 
 _lock = threading.Lock()
@@ -108,6 +110,7 @@ def _load():
     for name, argtypes in _SIGNATURES.items():
         function = getattr(lib, name)
         function.argtypes, function.restype = argtypes, ctypes.c_int
+    _logging.route(lib)  # the library's lines into logging.getLogger("pooler"), unless POOLER_LOG_DEST is set
     return lib
 
 
