@@ -32,7 +32,8 @@ def test_layouts_are_the_c_compilers():
     sizes = {name: size for name, size, _fields in _layout.STRUCTS}
     # The sizes runtime/c_api.cpp asserts (a change there is a new ABI version).
     assert sizes == {"pooler_unique_id": 128, "pooler_layer_desc": 48, "pooler_options": 80, "pooler_tensor": 32,
-                     "pooler_expert_input": 104, "pooler_peer_timeout_info": 48}
+                     "pooler_expert_input": 104, "pooler_peer_timeout_info": 48, "pooler_mailbox_info": 64,
+                     "pooler_gemm_shape": 56}
     assert _abi.Options.spin_timeout_ns.offset == 56 and _abi.Options.pooled.offset == 68
     assert _abi.Options.transport.offset == 72 and _abi.Options.allow_nvls.offset == 76
     assert _abi.ExpertInput.packed.offset == 8 and _abi.PeerTimeoutInfo.elapsed_ns.offset == 40

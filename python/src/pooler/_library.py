@@ -70,6 +70,19 @@ _SIGNATURES = {
     "pooler_get_transport": [_handle, _int_p],
     "pooler_form_count": [_handle, _int_p],
     "pooler_form": [_handle, _int, ctypes.POINTER(ctypes.c_char_p)],
+    # The seed's per-kernel entry points (_kernels.py) and what they read of a Pooler.
+    "pooler_rows": [_handle, _tensor_p],
+    "pooler_mailbox": [_handle, ctypes.POINTER(_abi.MailboxInfo)],
+    "pooler_choose_gemm_shape": [_int, _int, _int, ctypes.POINTER(_abi.GemmShape)],
+    "pooler_gemm_compile": [_out_handle, _int, _int, _int, _int, ctypes.POINTER(_abi.GemmShape), _int],
+    "pooler_gemm_launch": [_handle, _u64, _u64, _u64, _stream],
+    "pooler_gemm_info": [_handle, _int_p, _int_p, _int_p, ctypes.POINTER(_abi.GemmShape)],
+    "pooler_gather_compile": [_out_handle, _int, _int, _int, _int, _int],
+    "pooler_gather_launch": [_handle, ctypes.POINTER(_abi.MailboxInfo), _u64, _int, _stream],
+    "pooler_norm_quant_compile": [_out_handle, _int, _int, _int, _int, ctypes.c_float, ctypes.c_float, _int],
+    "pooler_norm_quant_launch": [_handle, ctypes.POINTER(_abi.MailboxInfo), _u64, _u64, _u64, _u64, _int, _stream],
+    "pooler_kernel_form": [_handle, ctypes.POINTER(ctypes.c_char_p)],
+    "pooler_kernel_destroy": [_handle],
 }
 
 _lock = threading.Lock()
