@@ -89,3 +89,37 @@ def test_a_missing_library_is_named():
 
 def test_torch_parts_follow_torch():
     assert pooler.HAS_TORCH == hasattr(pooler, "Pooler")
+
+
+def test_an_old_torch_nccl_is_refused_by_name():
+    class Nccl:
+        def __init__(self, version):
+            self._version = version
+
+        def version(self):
+            return self._version
+
+    class Cuda:
+        def __init__(self, version):
+            self.nccl = Nccl(version)
+
+    class Torch:
+        __version__ = "2.4.0"
+
+        def __init__(self, version):
+            self.cuda = Cuda(version)
+
+    with pytest.raises(ImportError, match=r"torch 2.4.0 loads NCCL 2.20.5; pooler needs NCCL 2.28 or newer .*"
+                                          r"install torch 2.11 or newer"):
+        pooler._library._check_torch_nccl(Torch((2, 20, 5)))
+    with pytest.raises(ImportError, match="NCCL 2.21.5"):
+        pooler._library._check_torch_nccl(Torch(22105))
+    pooler._library._check_torch_nccl(Torch((2, 28, 9)))
+    pooler._library._check_torch_nccl(Torch((3, 0, 0)))
+
+
+def test_the_wheel_carries_the_licence():
+    from pathlib import Path as _Path
+
+    folder = _Path(pooler.__file__).parent
+    assert "Apache License" in (folder / "LICENSE").read_text()

@@ -95,12 +95,33 @@ def library_path():
     return Path(override) if override else Path(__file__).with_name("libpooler.so")
 
 
+# pooler's NCCL floor (symmetric memory, ncclTeamLsa) and the first torch on PyPI that ships it.
+NCCL_FLOOR, TORCH_FLOOR = (2, 28), "2.11"
+
+
+def _check_torch_nccl(torch):
+    """ImportError naming the NCCL that torch loaded when it is older than pooler's floor: libpooler
+    would bind to it and fail at the first symbol it lacks (undefined symbol: ncclTeamLsa)."""
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:  # noqa: BLE001 (a torch without NCCL, a CPU build: libpooler finds its own)
+        return
+    if isinstance(version, int):  # older torch: 22807 for 2.28.7
+        version = (version // 10000, version // 100 % 100, version % 100)
+    if tuple(version[:2]) < NCCL_FLOOR:
+        raise ImportError(f"pooler: torch {torch.__version__} loads NCCL {'.'.join(map(str, version))}; pooler needs "
+                          f"NCCL {NCCL_FLOOR[0]}.{NCCL_FLOOR[1]} or newer (symmetric memory): install torch "
+                          f"{TORCH_FLOOR} or newer (pip install 'torch>={TORCH_FLOOR}')")
+
+
 def _load():
     path = library_path()
     # torch first, where installed: its libnccl.so.2 and CUDA libraries are then the
     # ones libpooler binds to (an engine's communicator must come from the same NCCL).
     if importlib.util.find_spec("torch") is not None:
-        import torch  # noqa: F401
+        import torch
+
+        _check_torch_nccl(torch)
     try:
         lib = ctypes.CDLL(str(path))
     except OSError as error:
