@@ -195,6 +195,10 @@ pooler::PoolerOptions to_cpp(const pooler_options& c, int tp) {
 
 }  // namespace
 
+pooler_status pooler::c_api::run_guarded(const char* function, void (*body)(void*), void* context) noexcept {
+  return guarded(function, nullptr, [&] { body(context); });
+}
+
 extern "C" {
 
 int pooler_abi_version(void) { return POOLER_ABI_VERSION; }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -82,5 +83,27 @@ std::string read_options(const pooler_options& caller, pooler_options& out);
 pooler_layer_desc layer_at(const pooler_options& options, int index);
 // pooler_peer_timeout: `ours` into the caller's struct, at its size.
 void write_peer_timeout(const pooler_peer_timeout_info& ours, pooler_peer_timeout_info* caller);
+
+// c_api.cpp's translation of every exception into a status and this thread's
+// message, for the other C files: runs body(context). `guard` wraps a lambda
+// without a std::function (so without an allocation on the per-token calls).
+pooler_status run_guarded(const char* function, void (*body)(void*), void* context) noexcept;
+template <class Body>
+pooler_status guard(const char* function, Body&& body) noexcept {
+  using Callable = std::remove_reference_t<Body>;
+  return run_guarded(
+      function, [](void* callable) { (*static_cast<Callable*>(callable))(); }, &body);
+}
+
+// "" or why the header of a growable struct at `caller` is refused (c_api_structs.cpp's
+// rule for every growable struct): `name` prefixes the fields ("info->").
+struct GrowableLayout {
+  const char* type;         // "pooler_mailbox_info"
+  const char* initializer;  // "POOLER_MAILBOX_INFO_INITIALIZER"
+  unsigned int magic;
+  std::size_t min_size;
+  std::size_t size;  // this library's sizeof
+};
+std::string growable_header_problem(const void* caller, const GrowableLayout& layout, const char* name);
 
 }  // namespace pooler::c_api

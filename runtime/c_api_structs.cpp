@@ -136,6 +136,11 @@ std::string layer_problems(const pooler_options& options) {
 
 }  // namespace
 
+std::string growable_header_problem(const void* caller, const GrowableLayout& layout, const char* name) {
+  return header_problem(caller, Layout{layout.type, layout.initializer, layout.magic, layout.min_size, layout.size},
+                        name);
+}
+
 void init_options(pooler_options* options, std::size_t size) {
   require(options, "options", "a pointer to a pooler_options to fill");
   if (size < kOptions.min_size || size > kOptions.size) {

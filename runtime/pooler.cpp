@@ -275,4 +275,28 @@ ExpertInput Pooler::scratch() const {
   return out;
 }
 
+TensorView Pooler::rows() const {
+  return TensorView::matrix(impl_->rows.get(), DType::bf16, impl_->options.capacity, impl_->options.pooled);
+}
+
+Pooler::MailboxView Pooler::mailbox() const {
+  const Impl& s = *impl_;
+  if (!s.mailbox || !s.state) {
+    throw InvalidArgument(
+        fmt::format("Pooler::mailbox: rank {} took the {} transport, which has no mailbox; expected "
+                    "the lamport transport",
+                    s.rank, to_string(s.transport)));
+  }
+  MailboxView view;
+  view.data = s.mailbox->local();
+  view.state = s.state->state();
+  view.record = s.state->record_device();
+  view.pooled = s.options.pooled;
+  view.tp = s.tp;
+  view.capacity = s.options.capacity;
+  view.rank = s.rank;
+  view.spin_timeout = s.options.spin_timeout;
+  return view;
+}
+
 }  // namespace pooler

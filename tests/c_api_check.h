@@ -29,5 +29,7 @@ void check_null_handles(void);
 void check_bad_arguments(void);
 void check_handle_magic(void);
 void check_log_callback(void);
+/* tests/test_c_api_kernels_cpu.c */
+void check_kernel_entry_points(void);
 
 #endif

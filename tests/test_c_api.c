@@ -529,6 +529,7 @@ int main(int argc, char** argv) {
   check_null_handles();
   check_bad_arguments();
   check_handle_magic();
+  check_kernel_entry_points();
 
   /* NCCL makes ids without a GPU, but may refuse on a host without networking. */
   status = pooler_get_unique_id(&id);

@@ -355,6 +355,117 @@ POOLER_C_API pooler_status pooler_get_transport(pooler_t pooler, int* transport)
 POOLER_C_API pooler_status pooler_form_count(pooler_t pooler, int* count);
 POOLER_C_API pooler_status pooler_form(pooler_t pooler, int index, const char** line);
 
+/* ---- the scratch and the mailbox --------------------------------------------- */
+
+/* The BF16 edge layers' gathered rows, BF16 [capacity, P]: what their consumer
+ * writes before the norm (pooler::Pooler::rows). Fixed for the Pooler's life. */
+POOLER_C_API pooler_status pooler_rows(pooler_t pooler, pooler_tensor* rows);
+
+#define POOLER_MAILBOX_INFO_MAGIC 0x4d424f58u /* "MBOX" */
+
+/* One rank's Lamport mailbox as a consumer launched outside the Pooler reads it
+ * (pooler_gather_launch, pooler_norm_quant_launch). Growable: set the header
+ * (POOLER_MAILBOX_INFO_INITIALIZER) before pooler_mailbox, which fills the rest;
+ * the launches take it as pooler_mailbox filled it. */
+typedef struct pooler_mailbox_info {
+  size_t size;             /* sizeof(pooler_mailbox_info) */
+  unsigned int magic;      /* POOLER_MAILBOX_INFO_MAGIC */
+  unsigned int version;    /* POOLER_ABI_VERSION */
+  uint64_t mailbox;        /* the local mailbox: BF16 [3][tp][capacity][P / tp] */
+  uint64_t state;          /* its state block (32 bytes: the stage and the rows to clear) */
+  uint64_t record;         /* the device address of its timeout record (pooler_check reads it) */
+  int64_t spin_timeout_ns; /* how long its consumers wait for a peer */
+  int32_t pooled;          /* P */
+  int32_t tp;
+  int32_t capacity;
+  int32_t rank;
+} pooler_mailbox_info;
+
+/* Every field: the smallest pooler_mailbox_info the library accepts. */
+#define POOLER_MAILBOX_INFO_MIN_SIZE 64
+#define POOLER_MAILBOX_INFO_INITIALIZER \
+  { sizeof(pooler_mailbox_info), POOLER_MAILBOX_INFO_MAGIC, POOLER_ABI_VERSION, 0, 0, 0, 0, 0, 0, 0, 0 }
+
+/* This rank's mailbox into `info` (whose header the caller set). POOLER_INVALID_ARGUMENT
+ * under the nccl transport, which has none. A consumer launched on it takes part in the
+ * Pooler's protocol: it must come where the Pooler's gather would (after this call's
+ * publish, on every rank alike), and it advances the mailbox's stage as that gather would. */
+POOLER_C_API pooler_status pooler_mailbox(pooler_t pooler, pooler_mailbox_info* info);
+
+/* ---- the seed's per-kernel entry points --------------------------------------- */
+/* Single kernels compiled (or found in the kernel caches) for one CUDA device, as the
+ * Python seed's compile_pooler_gemm, compile_gather and compile_norm_quant: a handle
+ * each, launched on the caller's stream. A launch allocates, synchronizes and compiles
+ * nothing (graph-capturable), except that the first launch of a consumer on a mailbox
+ * binds it (host memory only; do it once before capture). Not thread-safe, as a
+ * pooler_t. */
+typedef struct pooler_kernel_st* pooler_kernel_t;
+
+#define POOLER_GEMM_SHAPE_MAGIC 0x47454d4du /* "GEMM" */
+
+/* The pooler GEMM's launch shape (pooler::PoolerGemmShape; docs/design/gemm.md).
+ * Growable: start from POOLER_GEMM_SHAPE_INITIALIZER or pooler_choose_gemm_shape. */
+typedef struct pooler_gemm_shape {
+  size_t size;           /* sizeof(pooler_gemm_shape) */
+  unsigned int magic;    /* POOLER_GEMM_SHAPE_MAGIC */
+  unsigned int version;  /* POOLER_ABI_VERSION */
+  int block_size;        /* threads per CTA: 32 * warps_n * warps_k (default 256) */
+  int outputs_per_block; /* columns per CTA (default 64) */
+  int k_unroll;          /* K steps in flight per warp (default 8) */
+  int split_k;           /* CTAs of a cluster over K: 1, 2, 4 or 8 (default 8) */
+  int warps_k;           /* warps of a CTA over its K slice (default 2) */
+  int ctas_per_sm;       /* __launch_bounds__' minimum CTAs per SM, 1 or 2 (default 2) */
+  int stages;            /* 0: w through registers; >= 1: a shared-memory ring (default 0) */
+  int async_reduce;      /* 1: the cluster's partials by st.async (default 0) */
+  int w_on_chip;         /* 1: the CTA's share of w in shared memory (default 0) */
+} pooler_gemm_shape;
+
+/* Every field: the smallest pooler_gemm_shape the library accepts. */
+#define POOLER_GEMM_SHAPE_MIN_SIZE 56
+#define POOLER_GEMM_SHAPE_INITIALIZER \
+  { sizeof(pooler_gemm_shape), POOLER_GEMM_SHAPE_MAGIC, POOLER_ABI_VERSION, 256, 64, 8, 8, 2, 2, 0, 0, 0 }
+
+/* The shape the Pooler would choose for c [rows, n] = a [rows, k] @ b [n, k].T, into
+ * `shape` (whose header the caller set). POOLER_INVALID_ARGUMENT when none fits. Needs
+ * no GPU. */
+POOLER_C_API pooler_status pooler_choose_gemm_shape(int rows, int n, int k, pooler_gemm_shape* shape);
+
+/* The pooler GEMM c [rows, n] = a [rows, k] @ b [n, k].T (BF16 in and out, FP32
+ * accumulation) for CUDA device `device`: `shape` NULL takes pooler_choose_gemm_shape's;
+ * a shape that does not validate for (rows, n, k) is POOLER_INVALID_ARGUMENT naming why. */
+POOLER_C_API pooler_status pooler_gemm_compile(pooler_kernel_t* kernel, int device, int rows, int n, int k,
+                                               const pooler_gemm_shape* shape, int enable_pdl);
+/* a, b and c: device addresses, row-major without padding, 16-byte aligned. */
+POOLER_C_API pooler_status pooler_gemm_launch(pooler_kernel_t kernel, uint64_t a, uint64_t b, uint64_t c, void* stream);
+/* The GEMM's rows, n, k and shape (`shape`'s header set by the caller; NULL: not wanted). */
+POOLER_C_API pooler_status pooler_gemm_info(pooler_kernel_t kernel, int* rows, int* n, int* k,
+                                            pooler_gemm_shape* shape);
+
+/* The plain gather of a BF16 edge layer for a mailbox of `pooled` (P), `tp` and
+ * `capacity`: every rank's block of m rows -> output BF16 [m, P] (-0.0 arrives as +0.0).
+ * (It is the edge layers' consumer; the norm it also computes goes to scratch of its own.) */
+POOLER_C_API pooler_status pooler_gather_compile(pooler_kernel_t* kernel, int device, int pooled, int tp, int capacity,
+                                                 int enable_pdl);
+/* `mailbox` as pooler_mailbox filled it, of this kernel's P, tp and capacity; `output`
+ * BF16 [m, P], 16-byte aligned; m in [1, capacity]. */
+POOLER_C_API pooler_status pooler_gather_launch(pooler_kernel_t kernel, const pooler_mailbox_info* mailbox,
+                                                uint64_t output, int m, void* stream);
+
+/* The gather + pre_expert_norm (eps, gain_center) + NVFP4 consumer of an NVFP4 layer. */
+POOLER_C_API pooler_status pooler_norm_quant_compile(pooler_kernel_t* kernel, int device, int pooled, int tp,
+                                                     int capacity, float eps, float gain_center, int enable_pdl);
+/* `weight` BF16 [P] and `global_scale` one FP32 (16- and 4-byte aligned); `packed` U8
+ * [m, P / 2] and `scales` E4M3 [m, P / 16] (16-byte aligned). */
+POOLER_C_API pooler_status pooler_norm_quant_launch(pooler_kernel_t kernel, const pooler_mailbox_info* mailbox,
+                                                    uint64_t weight, uint64_t global_scale, uint64_t packed,
+                                                    uint64_t scales, int m, void* stream);
+
+/* The compiled form's name and where it came from ("pooler_gemm_... (sm_90): from disk");
+ * valid until pooler_kernel_destroy. */
+POOLER_C_API pooler_status pooler_kernel_form(pooler_kernel_t kernel, const char** line);
+/* Waits for nothing: the caller makes sure no launch of it is in flight. NULL: does nothing. */
+POOLER_C_API pooler_status pooler_kernel_destroy(pooler_kernel_t kernel);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

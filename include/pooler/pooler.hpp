@@ -160,6 +160,26 @@ class POOLER_API Pooler {
   // `scales` and `normed` all set; `nvfp4` false). Fixed for the Pooler's life.
   TensorView projection() const;
   ExpertInput scratch() const;
+  // The BF16 edge layers' gathered rows, BF16 [capacity, P] (what their consumer writes
+  // before the norm; the Python seed's `rows`). Fixed for the Pooler's life; the next edge
+  // layer's gather overwrites them.
+  TensorView rows() const;
+
+  // This rank's Lamport mailbox, for consumers launched outside the Pooler (the C ABI's
+  // pooler_gather_launch, pooler_norm_quant_launch): the local mailbox BF16
+  // [3][tp][capacity][P / tp], its 32-byte state block and the device address of its timeout
+  // record (which check() reads). InvalidArgument under the nccl transport (no mailbox).
+  struct MailboxView {
+    CUdeviceptr data = 0;
+    CUdeviceptr state = 0;
+    CUdeviceptr record = 0;
+    int pooled = 0;
+    int tp = 0;
+    int capacity = 0;
+    int rank = 0;
+    std::chrono::nanoseconds spin_timeout{0};
+  };
+  MailboxView mailbox() const;
 
   // Throws PeerTimeout if a consumer has recorded a timeout. Costs a read of
   // host memory; no synchronisation.

@@ -32,7 +32,8 @@ def test_layouts_are_the_c_compilers():
     sizes = {name: size for name, size, _fields in _layout.STRUCTS}
     # The sizes runtime/c_api.cpp asserts (a change there is a new ABI version).
     assert sizes == {"pooler_unique_id": 128, "pooler_layer_desc": 48, "pooler_options": 80, "pooler_tensor": 32,
-                     "pooler_expert_input": 104, "pooler_peer_timeout_info": 48}
+                     "pooler_expert_input": 104, "pooler_peer_timeout_info": 48, "pooler_mailbox_info": 64,
+                     "pooler_gemm_shape": 56}
     assert _abi.Options.spin_timeout_ns.offset == 56 and _abi.Options.pooled.offset == 68
     assert _abi.Options.transport.offset == 72 and _abi.Options.allow_nvls.offset == 76
     assert _abi.ExpertInput.packed.offset == 8 and _abi.PeerTimeoutInfo.elapsed_ns.offset == 40
@@ -88,3 +89,37 @@ def test_a_missing_library_is_named():
 
 def test_torch_parts_follow_torch():
     assert pooler.HAS_TORCH == hasattr(pooler, "Pooler")
+
+
+def test_an_old_torch_nccl_is_refused_by_name():
+    class Nccl:
+        def __init__(self, version):
+            self._version = version
+
+        def version(self):
+            return self._version
+
+    class Cuda:
+        def __init__(self, version):
+            self.nccl = Nccl(version)
+
+    class Torch:
+        __version__ = "2.4.0"
+
+        def __init__(self, version):
+            self.cuda = Cuda(version)
+
+    with pytest.raises(ImportError, match=r"torch 2.4.0 loads NCCL 2.20.5; pooler needs NCCL 2.28 or newer .*"
+                                          r"install torch 2.11 or newer"):
+        pooler._library._check_torch_nccl(Torch((2, 20, 5)))
+    with pytest.raises(ImportError, match="NCCL 2.21.5"):
+        pooler._library._check_torch_nccl(Torch(22105))
+    pooler._library._check_torch_nccl(Torch((2, 28, 9)))
+    pooler._library._check_torch_nccl(Torch((3, 0, 0)))
+
+
+def test_the_wheel_carries_the_licence():
+    from pathlib import Path as _Path
+
+    folder = _Path(pooler.__file__).parent
+    assert "Apache License" in (folder / "LICENSE").read_text()

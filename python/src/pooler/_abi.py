@@ -74,6 +74,8 @@ Options = STRUCTS["pooler_options"]
 Tensor = STRUCTS["pooler_tensor"]
 ExpertInput = STRUCTS["pooler_expert_input"]
 PeerTimeoutInfo = STRUCTS["pooler_peer_timeout_info"]
+MailboxInfo = STRUCTS["pooler_mailbox_info"]
+GemmShape = STRUCTS["pooler_gemm_shape"]
 
 OK = CONSTANTS["POOLER_OK"]
 INVALID_ARGUMENT = CONSTANTS["POOLER_INVALID_ARGUMENT"]

@@ -72,6 +72,19 @@ _SIGNATURES = {
     "pooler_form": [_handle, _int, ctypes.POINTER(ctypes.c_char_p)],
     "pooler_set_log_callback": [_logging.CALLBACK, ctypes.c_void_p, _int],
     "pooler_log": [_int, ctypes.c_char_p],
+    # The seed's per-kernel entry points (_kernels.py) and what they read of a Pooler.
+    "pooler_rows": [_handle, _tensor_p],
+    "pooler_mailbox": [_handle, ctypes.POINTER(_abi.MailboxInfo)],
+    "pooler_choose_gemm_shape": [_int, _int, _int, ctypes.POINTER(_abi.GemmShape)],
+    "pooler_gemm_compile": [_out_handle, _int, _int, _int, _int, ctypes.POINTER(_abi.GemmShape), _int],
+    "pooler_gemm_launch": [_handle, _u64, _u64, _u64, _stream],
+    "pooler_gemm_info": [_handle, _int_p, _int_p, _int_p, ctypes.POINTER(_abi.GemmShape)],
+    "pooler_gather_compile": [_out_handle, _int, _int, _int, _int, _int],
+    "pooler_gather_launch": [_handle, ctypes.POINTER(_abi.MailboxInfo), _u64, _int, _stream],
+    "pooler_norm_quant_compile": [_out_handle, _int, _int, _int, _int, ctypes.c_float, ctypes.c_float, _int],
+    "pooler_norm_quant_launch": [_handle, ctypes.POINTER(_abi.MailboxInfo), _u64, _u64, _u64, _u64, _int, _stream],
+    "pooler_kernel_form": [_handle, ctypes.POINTER(ctypes.c_char_p)],
+    "pooler_kernel_destroy": [_handle],
 }
 
 _lock = threading.Lock()
@@ -84,12 +97,33 @@ def library_path():
     return Path(override) if override else Path(__file__).with_name("libpooler.so")
 
 
+# pooler's NCCL floor (symmetric memory, ncclTeamLsa) and the first torch on PyPI that ships it.
+NCCL_FLOOR, TORCH_FLOOR = (2, 28), "2.11"
+
+
+def _check_torch_nccl(torch):
+    """ImportError naming the NCCL that torch loaded when it is older than pooler's floor: libpooler
+    would bind to it and fail at the first symbol it lacks (undefined symbol: ncclTeamLsa)."""
+    try:
+        version = torch.cuda.nccl.version()
+    except Exception:  # noqa: BLE001 (a torch without NCCL, a CPU build: libpooler finds its own)
+        return
+    if isinstance(version, int):  # older torch: 22807 for 2.28.7
+        version = (version // 10000, version // 100 % 100, version % 100)
+    if tuple(version[:2]) < NCCL_FLOOR:
+        raise ImportError(f"pooler: torch {torch.__version__} loads NCCL {'.'.join(map(str, version))}; pooler needs "
+                          f"NCCL {NCCL_FLOOR[0]}.{NCCL_FLOOR[1]} or newer (symmetric memory): install torch "
+                          f"{TORCH_FLOOR} or newer (pip install 'torch>={TORCH_FLOOR}')")
+
+
 def _load():
     path = library_path()
     # torch first, where installed: its libnccl.so.2 and CUDA libraries are then the
     # ones libpooler binds to (an engine's communicator must come from the same NCCL).
     if importlib.util.find_spec("torch") is not None:
-        import torch  # noqa: F401
+        import torch
+
+        _check_torch_nccl(torch)
     try:
         lib = ctypes.CDLL(str(path))
     except OSError as error:

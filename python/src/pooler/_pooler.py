@@ -10,7 +10,7 @@ from typing import NamedTuple, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from . import _abi, _ops
+from . import _abi, _kernels, _ops
 from ._library import PoolerError, call
 
 TPS = (1, 2, 4, 8)
@@ -145,8 +145,9 @@ class Pooler:
     call overwrites. Under torch.compile the calls go through torch.ops.pooler.* and return
     tensors of their own. Calls must run in the same order on every rank. `close()` (every
     rank) releases it: every method raises PoolerError after it, and every tensor it handed out
-    over the library's memory (`shard`, `packed`, `scales`, `normed`, what run, project, gather and
-    last_projection returned) becomes an empty tensor (see close). A Pooler dropped without
+    over the library's memory (`shard`, `packed`, `scales`, `rows`, `normed`, `mailbox.view` and
+    `mailbox.stage_view`, what run, project, gather and last_projection returned) becomes an empty
+    tensor (see close). A Pooler dropped without
     close() is released when it is collected, with a ResourceWarning. Needs NCCL_NVLS_ENABLE=0 in
     the environment, unless `allow_nvls=True` with the engine's `nccl_comm` (NCCL may then use
     NVLink multicast for its own collectives; pooler creates none).
@@ -314,6 +315,16 @@ class Pooler:
         self._call("pooler_scratch", ctypes.byref(block), ctypes.byref(outputs))
         self._keep_scratch(_wrap(block, self.device), _wrap(outputs.packed, self.device).view(torch.uint8),
                            _wrap(outputs.scales, self.device).view(torch.uint8), _wrap(outputs.normed, self.device))
+        rows = _abi.Tensor()
+        self._call("pooler_rows", ctypes.byref(rows))
+        self.rows = self._handed_out(_wrap(rows, self.device))  # the edge layers' gathered rows [capacity, P]
+        self.mailbox = None  # the seed's `mailbox` (pooler.Mailbox), for compile_gather and compile_norm_quant
+        if self.transport == "lamport":
+            info = _abi.MailboxInfo()
+            self._call("pooler_mailbox", ctypes.byref(info))
+            self.mailbox = _kernels.Mailbox(self, info, self.device)
+            self._handed_out(self.mailbox.view)
+            self._handed_out(self.mailbox.stage_view)
         self._token = torch.zeros(1, dtype=torch.int32, device=self.device)
         self._compiled_block = None
         self._id = _ops.register(self)
