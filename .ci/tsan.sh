@@ -20,9 +20,6 @@ echo "tsan: built in $((SECONDS - start)) s"
 # fork to run a cache in a process of its own) report too.
 export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
 export POOLER_LOG_LEVEL=warn
-# test_fake_nccl's ranks are threads over the fake NCCL and the functional fake driver.
-export NCCL_NVLS_ENABLE=0 POOLER_CUDA_DRIVER=$PWD/$build/tests/fake_gpu/libcuda.so.1
-export POOLER_CACHE_DIR=$PWD/$build/tests/fake_nccl_cache
 for test in "${targets[@]}"; do
   echo "tsan: $test"
   "$build/tests/$test" --gtest_brief=1

@@ -1,8 +1,8 @@
 // Getting out of dead peers, without a GPU: Poolers built, warmed up, run and
 // checked by ranks that are threads, over the fake NCCL (fake_nccl.cpp) and the
-// functional fake driver (tests/fake_gpu_driver.c; CMake sets POOLER_CUDA_DRIVER,
-// NCCL_NVLS_ENABLE=0 and a disk cache of the build tree, so that the real NVRTC
-// compiles the forms once). The votes are the real ones (runtime/pooler_setup.cpp).
+// functional fake driver (tests/fake_gpu_driver.c; the program sets
+// POOLER_CUDA_DRIVER, NCCL_NVLS_ENABLE=0 and a disk cache of the build tree, so
+// that the real NVRTC compiles the forms once). The votes are the real ones (runtime/pooler_setup.cpp).
 //
 // Every scenario runs under a watchdog: a call that would block forever (what
 // each did before pooler had deadlines and aborts) fails the test after kHang,
@@ -37,6 +37,14 @@ using testing::fake_nccl_pending;
 using testing::fake_nccl_release_everything;
 using testing::fake_nccl_set_async_error;
 using testing::fake_nccl_world;
+
+// The fake driver, no NVLS, the build tree's cache: before any test touches the driver.
+const bool kEnvironment = [] {
+  setenv("NCCL_NVLS_ENABLE", "0", 1);
+  setenv("POOLER_CUDA_DRIVER", POOLER_FAKE_GPU_DRIVER, 0);
+  setenv("POOLER_CACHE_DIR", POOLER_FAKE_NCCL_CACHE, 0);
+  return true;
+}();
 
 constexpr int kHidden = 256;
 constexpr int kPooled = 512;                      // the mailbox layout's smallest
