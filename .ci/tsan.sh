@@ -9,12 +9,12 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 build=build-tsan
-targets=(test_kernel_cache test_cache_trust test_failing_driver test_form)
+targets=(test_kernel_cache test_cache_trust test_failing_driver test_form test_fake_nccl)
 launcher=()
 command -v ccache >/dev/null 2>&1 && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 start=$SECONDS
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPOOLER_SANITIZE=thread "${launcher[@]}" >/dev/null
-cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
+cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" fake_gpu_driver
 echo "tsan: built in $((SECONDS - start)) s"
 # halt_on_error: the first race fails the run. Forked children (the tests use
 # fork to run a cache in a process of its own) report too.

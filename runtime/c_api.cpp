@@ -68,15 +68,9 @@ pooler_status guarded(const char* function, pooler_st* handle, Body&& body) noex
     return POOLER_OK;
   } catch (const pooler::PeerTimeout& error) {
     if (handle != nullptr) {
-      handle->timeout = pooler_peer_timeout_info{sizeof(pooler_peer_timeout_info),
-                                                 POOLER_PEER_TIMEOUT_INFO_MAGIC,
-                                                 POOLER_ABI_VERSION,
-                                                 1,
-                                                 error.rank,
-                                                 error.missing_peer,
-                                                 error.layer,
-                                                 error.stage,
-                                                 error.elapsed_ns};
+      handle->record_timeout(pooler_peer_timeout_info{sizeof(pooler_peer_timeout_info), POOLER_PEER_TIMEOUT_INFO_MAGIC,
+                                                      POOLER_ABI_VERSION, 1, error.rank, error.missing_peer,
+                                                      error.layer, error.stage, error.elapsed_ns});
     }
     set_error(function, error.what());
     return POOLER_PEER_TIMEOUT;
@@ -97,7 +91,7 @@ pooler_status guarded(const char* function, pooler_st* handle, Body&& body) noex
     return POOLER_COMPILE_ERROR;
   } catch (const pooler::Error& error) {
     set_error(function, error.what());
-    return handle != nullptr && handle->timeout.occurred != 0 ? POOLER_PEER_TIMEOUT : POOLER_OTHER;
+    return handle != nullptr && handle->timeout_info().occurred != 0 ? POOLER_PEER_TIMEOUT : POOLER_OTHER;
   } catch (const std::bad_alloc&) {
     set_error(function, "out of host memory");
     return POOLER_OTHER;
@@ -107,6 +101,15 @@ pooler_status guarded(const char* function, pooler_st* handle, Body&& body) noex
   } catch (...) {
     set_error(function, "an unknown exception");
     return POOLER_OTHER;
+  }
+}
+
+void require_not_aborted(const pooler_comm_st& comm) {
+  if (comm.aborted.load()) {
+    throw InvalidArgument(
+        fmt::format("comm (rank {} of {}) was aborted (pooler_comm_abort); expected a live "
+                    "communicator: destroy this one and make another",
+                    comm.rank, comm.ranks));
   }
 }
 
@@ -321,7 +324,27 @@ pooler_status pooler_comm_nccl(pooler_comm_t comm, void** nccl_comm) {
   return guarded("pooler_comm_nccl", nullptr, [&] {
     require_comm(comm);
     require(nccl_comm, "nccl_comm", "a pointer to a void* to receive the ncclComm_t");
+    *nccl_comm = nullptr;
+    require_not_aborted(*comm);
     *nccl_comm = comm->comm;
+  });
+}
+
+pooler_status pooler_comm_abort(pooler_comm_t comm) {
+  return guarded("pooler_comm_abort", nullptr, [&] {
+    require_comm(comm);
+    std::lock_guard lock(comm->abort_mutex);
+    if (comm->aborted.load()) {
+      return;  // once is enough
+    }
+    const std::string context = fmt::format("pooler_comm_abort (rank {} of {})", comm->rank, comm->ranks);
+    comm->aborted.store(true);  // also when ncclCommAbort fails: the communicator is unusable either way
+    if (comm->owned) {
+      pooler::ContextScope scope(comm->context->get());
+      comm->owned->abort();  // it then owns nothing: pooler_comm_destroy destroys no communicator
+    } else {
+      pooler::abort_communicator(comm->comm, context);
+    }
   });
 }
 
@@ -362,6 +385,7 @@ pooler_status pooler_create(pooler_t* pooler, pooler_comm_t comm, const pooler_o
     require(pooler, "pooler", "a pointer to a pooler_t to receive the Pooler");
     *pooler = nullptr;
     require_comm(comm);
+    require_not_aborted(*comm);
     require(options, "options", "a pooler_options (start from pooler_options_init)");
     // The caller's size bytes only, the defaults for the rest.
     pooler_options read;
@@ -521,7 +545,7 @@ pooler_status pooler_check(pooler_t pooler) {
 pooler_status pooler_peer_timeout(pooler_t pooler, pooler_peer_timeout_info* info) {
   return guarded("pooler_peer_timeout", pooler, [&] {
     require_pooler(pooler);
-    pooler::c_api::write_peer_timeout(pooler->timeout, info);
+    pooler::c_api::write_peer_timeout(pooler->timeout_info(), info);
   });
 }
 

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -40,6 +41,9 @@ struct pooler_comm_st {
   int device = 0;
   // Poolers built on this communicator: it may not go before they do.
   std::atomic<int> poolers{0};
+  // pooler_comm_abort was called (from any thread): the communicator is gone.
+  std::atomic<bool> aborted{false};
+  std::mutex abort_mutex;  // one abort at a time
 };
 
 struct pooler_st {
@@ -48,7 +52,20 @@ struct pooler_st {
   std::unique_ptr<pooler::Pooler> pooler;
   std::vector<std::string> forms;
   pooler_tensor last_projection{};
-  // The fields of the last PeerTimeout (occurred = 0: none), whatever the caller's header.
+  // The fields of the last PeerTimeout (occurred = 0: none), whatever the caller's header;
+  // written by whichever thread saw it (pooler_check on a watchdog thread, pooler_run on
+  // another), so behind a mutex.
+  void record_timeout(const pooler_peer_timeout_info& info) {
+    std::lock_guard lock(timeout_mutex);
+    timeout = info;
+  }
+  pooler_peer_timeout_info timeout_info() const {
+    std::lock_guard lock(timeout_mutex);
+    return timeout;
+  }
+
+ private:
+  mutable std::mutex timeout_mutex;
   pooler_peer_timeout_info timeout{};
 };
 

@@ -2,6 +2,9 @@
 // None allocates, synchronises or compiles.
 #include "pooler/pooler.hpp"
 
+#include <mutex>
+#include <shared_mutex>
+
 #include <fmt/format.h>
 
 #include "runtime/comm/nccl.hpp"
@@ -18,23 +21,48 @@ int Pooler::device() const { return impl_->ordinal; }
 const PoolerOptions& Pooler::options() const { return impl_->options; }
 std::vector<std::string> Pooler::forms() const { return impl_->form_lines; }
 
-void Pooler::check() const { impl_->check_usable(); }
+void abort_communicator(ncclComm_t comm) { abort_communicator(comm, "pooler::abort_communicator"); }
+
+void Pooler::check() const {
+  const Impl& s = *impl_;
+  s.check_usable();
+  // NCCL's asynchronous errors (a peer gone, a network error), under the
+  // communicator's shared lock so that an abort on another thread waits.
+  std::shared_lock shared(s.comm_state->in_use);
+  if (s.comm_state->aborted.load()) {
+    s.check_usable();  // aborted meanwhile: the same error as any later call
+  }
+  try {
+    check_async_error(s.comm, fmt::format("Pooler rank {}: check()", s.rank));
+  } catch (const NcclError& error) {
+    s.mark_failed(error.what());
+    throw;
+  }
+}
 
 void Pooler::Impl::check_usable() const {
-  if (failed) {
-    throw Error(fmt::format("Pooler rank {} is unusable after an earlier failure ({}); rebuild it", rank, failure));
+  if (comm_state->aborted.load(std::memory_order_relaxed)) {
+    throw NcclError(fmt::format("Pooler rank {}: its communicator was aborted (pooler_comm_abort, "
+                                "pooler::abort_communicator); destroy this Pooler and build another on a new "
+                                "communicator",
+                                rank),
+                    ncclInvalidUsage);
+  }
+  if (failed.load(std::memory_order_acquire)) {
+    throw Error(
+        fmt::format("Pooler rank {} is unusable after an earlier failure ({}); rebuild it", rank, failure_text()));
   }
   if (!state) {
-    return;  // the nccl transport: no mailbox, no timeout record (NCCL's own timeouts apply)
+    return;  // the nccl transport: no mailbox, no timeout record (check() asks NCCL for its errors)
   }
   const TimeoutRecord record = state->record();
   if (record.flag != 0u) {
-    failed = true;
-    failure = state->describe_timeout();
+    const std::string description = state->describe_timeout();
+    mark_failed(description);
     throw PeerTimeout(
         fmt::format("Pooler: {}: rank {} did not publish within the spin timeout ({:.3f} s); this "
                     "Pooler refuses further calls until rebuilt",
-                    failure, record.missing_peer, static_cast<double>(options.spin_timeout.count()) * 1e-9),
+                    description, record.missing_peer, static_cast<double>(options.spin_timeout.count()) * 1e-9),
         record.rank, record.missing_peer, record.layer, record.stage, record.elapsed_ns);
   }
 }
@@ -124,6 +152,11 @@ void Pooler::Impl::project_and_publish(const PoolerLayer& spec, const TensorView
 // `gathered` ([tp][b][P / tp]), on the caller's stream. Formats only on failure.
 void Pooler::Impl::all_gather(CUdeviceptr block, int b, CUstream stream) const {
   const std::size_t count = static_cast<std::size_t>(b) * static_cast<std::size_t>(layout.width());
+  // An abort on another thread waits until the call has returned (no allocation, no synchronisation).
+  std::shared_lock shared(comm_state->in_use);
+  if (comm_state->aborted.load(std::memory_order_relaxed)) {
+    check_usable();  // throws: aborted
+  }
   const ncclResult_t result = ncclAllGather(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(block)),
                                             reinterpret_cast<void*>(static_cast<std::uintptr_t>(gathered.get())), count,
                                             ncclBfloat16, comm, stream);

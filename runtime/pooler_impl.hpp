@@ -3,10 +3,14 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <bit>
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,6 +18,7 @@
 
 #include "pooler/pooler.hpp"
 #include "runtime/comm/mailbox.hpp"
+#include "runtime/comm/nccl.hpp"
 #include "runtime/comm/symmetric_buffer.hpp"
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/gather/gathered_consumer.hpp"
@@ -34,7 +39,14 @@ inline NormKey norm_key(const NormConstants& norm) { return {bits(norm.eps), bit
 inline NormKey norm_key(const PoolerLayer& layer) { return norm_key(NormConstants{layer.eps, layer.gain_center}); }
 
 struct Pooler::Impl {
+  ~Impl();
   ncclComm_t comm = nullptr;
+  std::shared_ptr<CommState> comm_state;  // aborted by abort_communicator; shared by every Pooler on `comm`
+  std::chrono::nanoseconds setup_timeout = std::chrono::seconds(600);  // POOLER_SETUP_TIMEOUT_S
+  // A collective of the setup (a vote, a barrier, the warm-up's all-gathers) did not
+  // complete: it stays pending, so destruction neither synchronises nor releases
+  // the mailbox collectively.
+  bool collectives_broken = false;
   int rank = 0;
   int tp = 1;
   int ordinal = 0;
@@ -65,10 +77,14 @@ struct Pooler::Impl {
   std::map<std::pair<bool, NormKey>, GatheredConsumerLauncher> gathered_consumers;  // nccl: by (nvfp4, norm)
   std::vector<const GatheredConsumerLauncher*> gathered_of_layer;                   // nccl: per layer
   std::vector<std::string> form_lines;
-  // Set by check_usable() (const) when it finds a timeout record: the Pooler,
-  // like a CUDA stream, is used from one thread at a time.
-  mutable bool failed = false;
+  // Set (once: the first failure's text stays) by check_usable() and check(),
+  // which may run on a watchdog thread beside run() on another: `failed` is
+  // atomic, `failure` guarded by `failure_mutex`.
+  mutable std::atomic<bool> failed{false};
+  mutable std::mutex failure_mutex;
   mutable std::string failure;
+  void mark_failed(const std::string& why) const;
+  std::string failure_text() const;
 
   void validate_locally();
   std::string configuration_text() const;
@@ -82,6 +98,15 @@ struct Pooler::Impl {
   void choose_transport_collectively();
   void all_gather(CUdeviceptr block, int b, CUstream stream) const;
   void agree_on_success(const std::string& local_error, const char* step);
+  // One collective of the setup on the setup stream: enqueued under the
+  // communicator's shared lock (refused once it is aborted), then waited for
+  // within setup_timeout; when it does not complete, `buffers` are leaked (the
+  // collective may still write them), collectives_broken is set and the
+  // NcclError (CollectiveUnfinished, or NCCL's asynchronous error) propagates.
+  void setup_collective(const char* call, const std::string& what, std::initializer_list<DeviceBuffer*> buffers,
+                        const std::function<ncclResult_t()>& enqueue);
+  // Waits for the setup stream within setup_timeout, as setup_collective does.
+  void wait_for_setup(const std::string& what, std::initializer_list<DeviceBuffer*> buffers);
   PoolerForms plan;
   std::vector<Lookup> lookups;
   void check_usable() const;

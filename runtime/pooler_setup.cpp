@@ -6,7 +6,9 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <mutex>
 #include <set>
+#include <shared_mutex>
 
 #include <fmt/format.h>
 
@@ -89,10 +91,11 @@ void Pooler::Impl::agree_on_configuration(const std::string& local_error) {
   DeviceBuffer send(sizeof(Vote));
   DeviceBuffer receive(sizeof(Vote) * static_cast<std::size_t>(tp));
   send.upload(&mine, sizeof(mine));
-  check_nccl(ncclAllGather(reinterpret_cast<const void*>(send.get()), reinterpret_cast<void*>(receive.get()),
-                           sizeof(Vote), ncclUint8, comm, setup_stream->get()),
-             "ncclAllGather", fmt::format("Pooler rank {}: comparing configurations", rank), comm);
-  setup_stream->synchronize();
+  setup_collective(
+      "ncclAllGather", fmt::format("Pooler rank {}: comparing configurations", rank), {&send, &receive}, [&] {
+        return ncclAllGather(reinterpret_cast<const void*>(send.get()), reinterpret_cast<void*>(receive.get()),
+                             sizeof(Vote), ncclUint8, comm, setup_stream->get());
+      });
   std::vector<Vote> votes(static_cast<std::size_t>(tp));
   receive.download(votes.data(), receive.bytes());
   if (!local_error.empty()) {
@@ -124,10 +127,10 @@ void Pooler::Impl::agree_on_success(const std::string& local_error, const char* 
   DeviceBuffer flag(sizeof(int));
   const int failed_here = local_error.empty() ? 0 : 1;
   flag.upload(&failed_here, sizeof(failed_here));
-  check_nccl(ncclAllReduce(reinterpret_cast<const void*>(flag.get()), reinterpret_cast<void*>(flag.get()), 1, ncclInt,
-                           ncclMax, comm, setup_stream->get()),
-             "ncclAllReduce", fmt::format("Pooler rank {}: {}", rank, step), comm);
-  setup_stream->synchronize();
+  setup_collective("ncclAllReduce", fmt::format("Pooler rank {}: {}", rank, step), {&flag}, [&] {
+    return ncclAllReduce(reinterpret_cast<const void*>(flag.get()), reinterpret_cast<void*>(flag.get()), 1, ncclInt,
+                         ncclMax, comm, setup_stream->get());
+  });
   int failed_anywhere = 0;
   flag.download(&failed_anywhere, sizeof(failed_anywhere));
   if (!local_error.empty()) {
@@ -141,10 +144,56 @@ void Pooler::Impl::agree_on_success(const std::string& local_error, const char* 
 void Pooler::Impl::barrier(const char* why) {
   DeviceBuffer token(sizeof(int));
   token.fill_bytes(0);
-  check_nccl(ncclAllReduce(reinterpret_cast<const void*>(token.get()), reinterpret_cast<void*>(token.get()), 1, ncclInt,
-                           ncclSum, comm, setup_stream->get()),
-             "ncclAllReduce", fmt::format("Pooler rank {}: barrier ({})", rank, why), comm);
-  setup_stream->synchronize();
+  setup_collective("ncclAllReduce", fmt::format("Pooler rank {}: barrier ({})", rank, why), {&token}, [&] {
+    return ncclAllReduce(reinterpret_cast<const void*>(token.get()), reinterpret_cast<void*>(token.get()), 1, ncclInt,
+                         ncclSum, comm, setup_stream->get());
+  });
+}
+
+void Pooler::Impl::setup_collective(const char* call, const std::string& what,
+                                    std::initializer_list<DeviceBuffer*> buffers,
+                                    const std::function<ncclResult_t()>& enqueue) {
+  {
+    std::shared_lock shared(comm_state->in_use);
+    if (comm_state->aborted.load()) {
+      throw NcclError(fmt::format("{}: the communicator was aborted (pooler_comm_abort, pooler::abort_communicator); "
+                                  "build nothing more on it",
+                                  what),
+                      ncclInvalidUsage);
+    }
+    check_nccl(enqueue(), call, what, comm);
+  }
+  wait_for_setup(what, buffers);
+}
+
+void Pooler::Impl::wait_for_setup(const std::string& what, std::initializer_list<DeviceBuffer*> buffers) {
+  try {
+    wait_for_collective(setup_stream->get(), comm, *comm_state, setup_timeout, what);
+  } catch (const NcclError& error) {  // unfinished, aborted, or NCCL's asynchronous error
+    collectives_broken = true;
+    for (DeviceBuffer* buffer : buffers) buffer->leak();
+    mark_failed(error.what());
+    throw;
+  }
+}
+
+void Pooler::Impl::mark_failed(const std::string& why) const {
+  std::lock_guard lock(failure_mutex);
+  if (!failed.load()) {
+    failure = why;
+    failed.store(true);
+  }
+}
+
+std::string Pooler::Impl::failure_text() const {
+  std::lock_guard lock(failure_mutex);
+  return failure;
+}
+
+Pooler::Impl::~Impl() {
+  if (mailbox && (collectives_broken || (comm_state && comm_state->aborted.load()))) {
+    mailbox->abandon();  // its release is collective: it would wait forever or use a freed communicator
+  }
 }
 
 // Compiles (or finds in the caches) every form of transport `forms_for` (lamport
@@ -259,10 +308,10 @@ std::vector<int> Pooler::Impl::gather_flags(int mine, const char* why) {
   DeviceBuffer send(sizeof(int));
   DeviceBuffer receive(sizeof(int) * static_cast<std::size_t>(tp));
   send.upload(&mine, sizeof(mine));
-  check_nccl(ncclAllGather(reinterpret_cast<const void*>(send.get()), reinterpret_cast<void*>(receive.get()), 1,
-                           ncclInt32, comm, setup_stream->get()),
-             "ncclAllGather", fmt::format("Pooler rank {}: {}", rank, why), comm);
-  setup_stream->synchronize();
+  setup_collective("ncclAllGather", fmt::format("Pooler rank {}: {}", rank, why), {&send, &receive}, [&] {
+    return ncclAllGather(reinterpret_cast<const void*>(send.get()), reinterpret_cast<void*>(receive.get()), 1,
+                         ncclInt32, comm, setup_stream->get());
+  });
   std::vector<int> all(static_cast<std::size_t>(tp));
   receive.download(all.data(), receive.bytes());
   return all;
@@ -300,6 +349,7 @@ Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<
     throw InvalidArgument("Pooler: the NCCL communicator is null");
   }
   s.comm = comm;
+  s.comm_state = comm_state(comm);
   s.options = std::move(options);
   check_nccl(ncclCommCount(comm, &s.tp), "ncclCommCount", "Pooler", comm);
   check_nccl(ncclCommUserRank(comm, &s.rank), "ncclCommUserRank", "Pooler", comm);
@@ -316,6 +366,7 @@ Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<
   std::string local_error;
   std::exception_ptr local_failure;
   try {
+    s.setup_timeout = setup_timeout();
     s.layout = MailboxLayout::make(s.options.pooled, s.tp, s.options.capacity);
     s.validate_locally();
     s.compile(s.options.transport == Transport::nccl ? Transport::nccl : Transport::lamport);
@@ -370,8 +421,14 @@ Pooler::~Pooler() {
   // Kernels still in flight may use the scratch, the mailbox and the modules:
   // let them finish before anything is released (the mailbox's own release is
   // collective and comes last, with the members).
-  if (impl_ && impl_->context) {
-    const LogRankScope log_rank(impl_->rank);
+  const LogRankScope log_rank(impl_ ? impl_->rank : -1);
+  if (impl_ && impl_->collectives_broken && !impl_->comm_state->aborted.load()) {
+    // A collective of the warm-up never completed: synchronising would wait for it forever.
+    log().warn(
+        "Pooler rank {}: destroyed without synchronizing: a collective of its warm-up never completed; abort "
+        "the communicator (pooler_comm_abort, pooler::abort_communicator)",
+        impl_->rank);
+  } else if (impl_ && impl_->context) {
     try {
       ContextScope scope(impl_->context->get());
       if (CUresult status = driver().cuCtxSynchronize(); status != CUDA_SUCCESS) {
@@ -407,7 +464,8 @@ void Pooler::warm_up() {
       run(index, TensorView::matrix(zeros.get(), DType::bf16, b, s.options.hidden), s.setup_stream->get());
     }
   }
-  s.setup_stream->synchronize();
+  // The nccl transport's all-gathers are collectives: waited for within the setup deadline.
+  s.wait_for_setup(fmt::format("Pooler rank {}: warm-up", s.rank), {&zeros, &s.shard, &s.gathered});
   s.check_usable();
   log().debug("Pooler rank {}: warmed up {} form(s) over {} batch(es)", s.rank, first_of_kind.size(), batches.size());
 }

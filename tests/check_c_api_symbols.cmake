@@ -61,7 +61,8 @@ endforeach()
 
 # The C++ API an engine links against and catches.
 foreach(cxx _ZN6pooler6PoolerC1EP8ncclCommNS_13PoolerOptionsE _ZN6pooler6Pooler3runEiRKNS_10TensorViewEP11CUstream_st
-            _ZTIN6pooler5ErrorE _ZTIN6pooler15InvalidArgumentE _ZTIN6pooler11PeerTimeoutE)
+            _ZTIN6pooler5ErrorE _ZTIN6pooler15InvalidArgumentE _ZTIN6pooler11PeerTimeoutE
+            _ZN6pooler18abort_communicatorEP8ncclComm pooler_comm_abort)
   list(FIND exported ${cxx} index)
   if(index EQUAL -1)
     list(APPEND missing ${cxx})

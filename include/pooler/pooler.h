@@ -15,10 +15,14 @@
  * POOLER_INVALID_ARGUMENT, named in the message.
  *
  * Handles are not thread-safe: use each from one thread at a time, as a CUDA
- * stream is used. Each carries a magic number: a destroyed handle, one of the
- * other type, or a pointer the library did not hand out (at least one that
- * points at readable memory) is POOLER_INVALID_ARGUMENT, named in the message.
- * The memory of the last destroyed handles is kept back from reuse, so a
+ * stream is used, with these exceptions, which may run on any thread at any
+ * time while another thread is inside a call on the same handle (a watchdog
+ * beside the engine's thread): pooler_check, pooler_peer_timeout, pooler_info
+ * and pooler_get_transport on a Pooler (not concurrently with its
+ * pooler_destroy), and pooler_comm_abort and pooler_comm_info on a
+ * communicator (not concurrently with its pooler_comm_destroy). Each carries a magic number: a destroyed handle, one of
+ * the other type, or a pointer the library did not hand out (at least one that points at readable memory) is
+ * POOLER_INVALID_ARGUMENT, named in the message. The memory of the last destroyed handles is kept back from reuse, so a
  * stale handle is not taken for a newer one (runtime/c_api_handles.cpp).
  *
  * Calls marked "collective" must be made by every rank of the communicator (a
@@ -269,6 +273,19 @@ POOLER_C_API pooler_status pooler_comm_info(pooler_comm_t comm, int* rank, int* 
 /* Releases the handle (and, for pooler_comm_init_rank's, the communicator).
  * Refused while a Pooler built on it exists. NULL: does nothing. */
 POOLER_C_API pooler_status pooler_comm_destroy(pooler_comm_t comm);
+/* The way out of a dead or stuck peer: ends the communicator at once
+ * (ncclCommAbort, checked: POOLER_NCCL_ERROR naming the code), not
+ * collective, from any thread, also while another thread waits inside
+ * pooler_create, pooler_warm_up or a run on it, which then returns
+ * POOLER_NCCL_ERROR ("... was aborted"). Every later call on a Pooler built on
+ * it fails with POOLER_NCCL_ERROR; pooler_destroy then releases the Pooler
+ * without collectives (its mailbox's memory is left mapped), and
+ * pooler_comm_destroy the handle. pooler_comm_nccl and pooler_create refuse an
+ * aborted communicator (POOLER_INVALID_ARGUMENT). For an adopted
+ * communicator this aborts the engine's ncclComm_t too, which ncclCommAbort
+ * frees: the engine must not use or destroy it afterwards. A second call
+ * returns POOLER_OK and does nothing. */
+POOLER_C_API pooler_status pooler_comm_abort(pooler_comm_t comm);
 
 /* ---- the Pooler ----------------------------------------------------------- */
 
@@ -338,8 +355,12 @@ POOLER_C_API pooler_status pooler_scratch(pooler_t pooler, pooler_tensor* block,
 POOLER_C_API pooler_status pooler_last_projection(pooler_t pooler, pooler_tensor* block);
 
 /* POOLER_PEER_TIMEOUT if a consumer has recorded a timeout (reads host memory;
- * no synchronization). After a timeout every call on this Pooler returns
- * POOLER_PEER_TIMEOUT: destroy it and build another. */
+ * no synchronization); POOLER_NCCL_ERROR if NCCL reports an asynchronous error
+ * on the communicator (ncclCommGetAsyncError; the message names the code, e.g.
+ * ncclRemoteError) or it was aborted. After either every call on this Pooler
+ * fails (POOLER_PEER_TIMEOUT after a timeout): destroy it and build another
+ * (after an NCCL error, on a new communicator: pooler_comm_abort the old one).
+ * Thread-safe against the other calls on this Pooler (a watchdog thread). */
 POOLER_C_API pooler_status pooler_check(pooler_t pooler);
 /* The details of the timeout this Pooler saw, if any, into `info` (whose
  * header the caller set: POOLER_PEER_TIMEOUT_INFO_INITIALIZER). */

@@ -181,8 +181,15 @@ class POOLER_API Pooler {
   };
   MailboxView mailbox() const;
 
-  // Throws PeerTimeout if a consumer has recorded a timeout. Costs a read of
-  // host memory; no synchronisation.
+  // Throws PeerTimeout if a consumer has recorded a timeout, and pooler::Error
+  // (an NCCL error, naming NCCL's code: "ncclRemoteError") if NCCL reports an
+  // asynchronous error on the communicator (ncclCommGetAsyncError) or it was
+  // aborted (abort_communicator). Costs a read of host memory and an NCCL
+  // query; no synchronisation. After either, every call throws: rebuild.
+  //
+  // Thread safety: a Pooler is used from one thread at a time, except that
+  // check(), rank(), tp(), transport(), device() and options() may run on
+  // another thread (a watchdog) during any call but destruction.
   void check() const;
 
   int rank() const;
@@ -198,5 +205,15 @@ class POOLER_API Pooler {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The way out of a dead or stuck peer (docs/RUNTIME.md, "When a peer dies"):
+// ncclCommAbort(comm), checked (pooler::Error naming NCCL's code), after marking
+// `comm` aborted for pooler, so that every Pooler built on it fails its later
+// calls clearly and its destruction skips the collective release. Not
+// collective; callable from any thread, also while another waits in a Pooler's
+// construction, warm_up() or run() on `comm`, which then throws. ncclCommAbort
+// frees the communicator: its owner must not use or destroy it afterwards.
+// Null: InvalidArgument.
+POOLER_API void abort_communicator(ncclComm_t comm);
 
 }  // namespace pooler

@@ -1,7 +1,12 @@
 #include "runtime/comm/nccl.hpp"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -32,6 +37,145 @@ void check_nccl(ncclResult_t result, const char* call, const std::string& contex
   const char* last = ncclGetLastError(comm);
   throw NcclError(describe_nccl_error(result, call, context, text != nullptr ? text : "", last != nullptr ? last : ""),
                   result);
+}
+
+std::string nccl_result_name(ncclResult_t result) {
+  switch (result) {
+    case ncclSuccess:
+      return "ncclSuccess";
+    case ncclUnhandledCudaError:
+      return "ncclUnhandledCudaError";
+    case ncclSystemError:
+      return "ncclSystemError";
+    case ncclInternalError:
+      return "ncclInternalError";
+    case ncclInvalidArgument:
+      return "ncclInvalidArgument";
+    case ncclInvalidUsage:
+      return "ncclInvalidUsage";
+    case ncclRemoteError:
+      return "ncclRemoteError";
+    case ncclInProgress:
+      return "ncclInProgress";
+    default:
+      return fmt::format("ncclResult_t {}", static_cast<int>(result));
+  }
+}
+
+namespace {
+
+struct CommRegistry {
+  std::mutex mutex;
+  std::unordered_map<ncclComm_t, std::weak_ptr<CommState>> states;
+};
+
+CommRegistry& registry() {
+  static CommRegistry* registry = new CommRegistry;  // never destroyed: used by destructors at exit
+  return *registry;
+}
+
+}  // namespace
+
+std::shared_ptr<CommState> comm_state(ncclComm_t comm) {
+  CommRegistry& r = registry();
+  std::lock_guard lock(r.mutex);
+  if (std::shared_ptr<CommState> state = r.states[comm].lock()) {
+    return state;
+  }
+  for (auto it = r.states.begin(); it != r.states.end();) {  // drop the states nobody holds
+    it = it->second.expired() && it->first != comm ? r.states.erase(it) : std::next(it);
+  }
+  auto state = std::make_shared<CommState>();
+  r.states[comm] = state;
+  return state;
+}
+
+void abort_communicator(ncclComm_t comm, const std::string& context) {
+  if (comm == nullptr) {
+    throw InvalidArgument(fmt::format("abort_communicator: the communicator is null [{}]", context));
+  }
+  const std::shared_ptr<CommState> state = comm_state(comm);
+  state->aborted.store(true);
+  {
+    CommRegistry& r = registry();
+    std::lock_guard lock(r.mutex);
+    r.states.erase(comm);
+  }
+  // No thread is inside a query of `comm` (and none starts one: they see the mark first).
+  std::unique_lock exclusive(state->in_use);
+  const ncclResult_t result = ncclCommAbort(comm);
+  if (result != ncclSuccess) {
+    const char* text = ncclGetErrorString(result);
+    throw NcclError(describe_nccl_error(result, "ncclCommAbort", context, text != nullptr ? text : "", ""), result);
+  }
+}
+
+void check_async_error(ncclComm_t comm, const std::string& context) {
+  ncclResult_t async = ncclSuccess;
+  check_nccl(ncclCommGetAsyncError(comm, &async), "ncclCommGetAsyncError", context, comm);
+  if (async != ncclSuccess && async != ncclInProgress) {
+    const char* text = ncclGetErrorString(async);
+    const char* last = ncclGetLastError(comm);
+    throw NcclError(fmt::format("NCCL reports an asynchronous error on the communicator: {} ({}){} [{}]; the "
+                                "communicator is unusable: abort it (pooler_comm_abort, pooler::abort_communicator) "
+                                "and make a new one",
+                                nccl_result_name(async), text != nullptr ? text : "?",
+                                last != nullptr && *last != '\0' ? fmt::format(" (NCCL: {})", last) : "", context),
+                    async);
+  }
+}
+
+std::chrono::nanoseconds setup_timeout() {
+  constexpr const char* kName = "POOLER_SETUP_TIMEOUT_S";
+  const char* value = std::getenv(kName);
+  if (value == nullptr || *value == '\0') {
+    return std::chrono::seconds(600);
+  }
+  char* end = nullptr;
+  errno = 0;
+  const double seconds = std::strtod(value, &end);
+  if (errno != 0 || end == value || *end != '\0' || !std::isfinite(seconds) || seconds <= 0.0 || seconds > 86400.0) {
+    throw InvalidArgument(
+        fmt::format("{} is \"{}\"; expected a number of seconds in (0, 86400] (or unset: 600)", kName, value));
+  }
+  return std::chrono::nanoseconds(static_cast<std::int64_t>(seconds * 1e9));
+}
+
+void wait_for_collective(CUstream stream, ncclComm_t comm, CommState& state, std::chrono::nanoseconds timeout,
+                         const std::string& what) {
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(20);
+  for (;;) {
+    const CUresult status = driver().cuStreamQuery(stream);
+    if (status == CUDA_SUCCESS && !state.aborted.load()) {
+      return;
+    }
+    if (status != CUDA_SUCCESS && status != CUDA_ERROR_NOT_READY) {
+      check(status, "cuStreamQuery", what);
+    }
+    {
+      std::shared_lock shared(state.in_use);
+      if (state.aborted.load()) {  // its collectives ended by the abort, with undefined results
+        throw CollectiveUnfinished(
+            fmt::format("{}: the communicator was aborted (pooler_comm_abort, pooler::abort_communicator) while this "
+                        "rank waited for its peers; build nothing more on it",
+                        what),
+            true);
+      }
+      check_async_error(comm, what);
+    }
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited >= timeout) {
+      throw CollectiveUnfinished(
+          fmt::format("{}: not every rank arrived within {:.3f} s (POOLER_SETUP_TIMEOUT_S): a peer is dead, stuck or "
+                      "did not make the same call; the collective stays pending, so the communicator can run no "
+                      "other: abort it (pooler_comm_abort, pooler::abort_communicator) and make a new one",
+                      what, std::chrono::duration<double>(timeout).count()),
+          false);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(2000));
+  }
 }
 
 int nccl_runtime_version() {
@@ -102,12 +246,9 @@ void NcclComm::finalize() {
   check_nccl(ncclCommFinalize(comm_), "ncclCommFinalize", fmt::format("rank {} of {}", rank_, ranks_), comm_);
 }
 
-void NcclComm::abort() noexcept {
+void NcclComm::abort() {
   if (comm_ != nullptr) {
-    if (ncclResult_t result = ncclCommAbort(comm_); result != ncclSuccess) {
-      log().warn("ncclCommAbort (rank {} of {}) failed: {}", rank_, ranks_, ncclGetErrorString(result));
-    }
-    comm_ = nullptr;
+    abort_communicator(std::exchange(comm_, nullptr), fmt::format("rank {} of {}", rank_, ranks_));
   }
 }
 

@@ -12,8 +12,13 @@
 // never passes an NVLS window flag or asks NCCL for multimem.
 #pragma once
 
+#include <cuda.h>
 #include <nccl.h>
 
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 
@@ -40,6 +45,63 @@ std::string describe_nccl_error(ncclResult_t result, const char* call, const std
 // Throws NcclError when `result` is not ncclSuccess. `comm` (may be null) is
 // handed to ncclGetLastError, which names what NCCL was doing.
 void check_nccl(ncclResult_t result, const char* call, const std::string& context = {}, ncclComm_t comm = nullptr);
+
+// NCCL's name of a result code: "ncclRemoteError", ...; "ncclResult_t <n>" for
+// a code this header does not know. No NCCL call.
+std::string nccl_result_name(ncclResult_t result);
+
+// What pooler knows of a communicator beyond NCCL's handle: whether it was
+// aborted (abort_communicator), and the lock that keeps an abort from freeing
+// it while another thread is inside an NCCL query on it (a watchdog's check()
+// during a Pooler's vote). One per communicator, shared by every Pooler on it.
+struct CommState {
+  std::atomic<bool> aborted{false};
+  std::shared_mutex in_use;  // shared: a query of the communicator; exclusive: ncclCommAbort
+};
+// The state of `comm` (made at its first use; an aborted communicator's state
+// is dropped from the registry, so that a new communicator at the same address
+// starts afresh). Thread-safe.
+std::shared_ptr<CommState> comm_state(ncclComm_t comm);
+
+// Marks `comm` aborted (every Pooler on it then fails its calls, and a vote
+// waiting on it returns), then ncclCommAbort, checked (NcclError naming the
+// code). ncclCommAbort frees the communicator: its owner must not use or
+// destroy it afterwards. Collective-free; callable from any thread, also while
+// another waits in a vote or a warm-up on `comm`. Null: InvalidArgument.
+void abort_communicator(ncclComm_t comm, const std::string& context);
+
+// NCCL's asynchronous error of `comm` (ncclCommGetAsyncError), as NcclError
+// naming the code and `context`; nothing while it is ncclSuccess or
+// ncclInProgress. The caller holds the CommState's shared lock.
+void check_async_error(ncclComm_t comm, const std::string& context);
+
+// How long a vote or barrier of a Pooler's construction or warm-up waits for
+// the slowest peer (which may be compiling every form from scratch) before it
+// gives up: POOLER_SETUP_TIMEOUT_S seconds (a positive number up to 86400),
+// default 600. Anything else is InvalidArgument naming the variable and value.
+std::chrono::nanoseconds setup_timeout();
+
+// A collective of the setup that did not complete: its deadline passed, or the
+// communicator was aborted while it waited. The collective is still enqueued
+// (its buffers must stay allocated, the communicator can run no further
+// collective): the communicator's owner aborts it and makes a new one.
+class CollectiveUnfinished : public NcclError {
+ public:
+  CollectiveUnfinished(const std::string& message, bool aborted)
+      : NcclError(message, aborted ? ncclInvalidUsage : ncclInProgress), aborted_(aborted) {}
+  bool aborted() const noexcept { return aborted_; }
+
+ private:
+  bool aborted_;
+};
+
+// Waits until the work enqueued on `stream` (a collective over `comm`) has
+// completed, polling cuStreamQuery, the abort mark and NCCL's asynchronous
+// error: returns when it has; NcclError when NCCL reports an asynchronous
+// error; CollectiveUnfinished when `timeout` passes first or `state` says the
+// communicator was aborted. `what` names the collective in the messages.
+void wait_for_collective(CUstream stream, ncclComm_t comm, CommState& state, std::chrono::nanoseconds timeout,
+                         const std::string& what);
 
 // The NCCL library this process loaded, as NCCL_VERSION_CODE (22803 for 2.28.3).
 int nccl_runtime_version();
@@ -78,9 +140,10 @@ class NcclComm {
   // Flushes outstanding work on every rank (collective, ncclCommFinalize);
   // optional before destruction.
   void finalize();
-  // Ends the communicator at once (ncclCommAbort), for error paths where a
-  // peer may be gone; afterwards the object owns nothing.
-  void abort() noexcept;
+  // Ends the communicator at once (abort_communicator: marked aborted, then
+  // ncclCommAbort), for error paths where a peer may be gone; afterwards the
+  // object owns nothing, also when ncclCommAbort failed (NcclError).
+  void abort();
 
  private:
   ncclComm_t comm_ = nullptr;

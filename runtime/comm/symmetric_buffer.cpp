@@ -307,6 +307,19 @@ SymmetricBuffer::SymmetricBuffer(SymmetricBuffer&& other) noexcept
 
 SymmetricBuffer::~SymmetricBuffer() { release(); }
 
+void SymmetricBuffer::abandon() noexcept {
+  if (memory_ != nullptr || window_ != nullptr) {
+    log().warn(
+        "SymmetricBuffer (rank {}): {} bytes and their window left mapped, unreleased (the communicator was "
+        "aborted or a collective on it never completed)",
+        rank_, mapped_bytes_);
+  }
+  memory_ = nullptr;
+  window_ = nullptr;
+  local_ = 0;
+  peers_.clear();
+}
+
 void SymmetricBuffer::release() noexcept {
   if (memory_ == nullptr && window_ == nullptr) {
     return;

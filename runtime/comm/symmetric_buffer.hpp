@@ -122,6 +122,13 @@ class SymmetricBuffer {
   // (cuMemsetD16Async on `stream`): the mailbox's -0.0 sentinel is 0x8000.
   void fill_u16(CUstream stream, unsigned short value) const;
 
+  // Forgets the buffer without the collective release (no synchronisation, no
+  // ncclCommWindowDeregister, no ncclMemFree: the window and its memory are
+  // leaked), for a communicator that was aborted or whose collectives no
+  // longer complete (a peer is gone), where the release would wait forever or
+  // use freed state. Destruction then does nothing.
+  void abandon() noexcept;
+
  private:
   void release() noexcept;
 

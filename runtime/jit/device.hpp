@@ -80,6 +80,13 @@ class DeviceBuffer {
   void upload(const void* host, std::size_t bytes, std::size_t offset = 0) const;
   void download(void* host, std::size_t bytes, std::size_t offset = 0) const;
   void fill_bytes(unsigned char value) const;
+  // Gives the memory up without freeing it, for work that may still write it
+  // and never finish (a collective whose peer is gone): freeing memory a kernel
+  // still uses could wait for that kernel, or let a later allocation be written.
+  void leak() noexcept {
+    pointer_ = 0;
+    bytes_ = 0;
+  }
 
  private:
   void reset() noexcept;

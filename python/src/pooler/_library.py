@@ -49,6 +49,7 @@ _SIGNATURES = {
     "pooler_comm_adopt": [_out_handle, ctypes.c_void_p],
     "pooler_comm_nccl": [_handle, ctypes.POINTER(ctypes.c_void_p)],
     "pooler_comm_destroy": [_handle],
+    "pooler_comm_abort": [_handle],
     "pooler_options_init": [ctypes.POINTER(_abi.Options), ctypes.c_size_t],
     "pooler_create": [_out_handle, _handle, ctypes.POINTER(_abi.Options)],
     "pooler_destroy": [_handle],

@@ -555,8 +555,22 @@ class Pooler:
             _check_tensor("normed", outputs[0], torch.bfloat16, (b, self.pooled), self.device)
 
     def check(self) -> None:
-        """Raises pooler.PeerTimeout if a consumer recorded one (reads host memory; no sync)."""
+        """Raises pooler.PeerTimeout if a consumer recorded one (reads host memory; no sync), and
+        PoolerError (status "POOLER_NCCL_ERROR", naming NCCL's code) if NCCL reports an asynchronous
+        error on the communicator or it was aborted. Safe from a watchdog thread beside run()."""
         self._call("pooler_check")
+
+    def abort(self) -> None:
+        """The way out of a dead or stuck peer: ends this Pooler's communicator at once
+        (pooler_comm_abort, ncclCommAbort), from any thread, also while another waits in
+        warm_up or run on it, which then raises PoolerError. Not collective. Every later call
+        raises PoolerError ("... was aborted"); close() then releases the Pooler without
+        collectives. With an adopted `nccl_comm`, the engine's communicator is aborted (and freed)
+        too: the engine must not use or destroy it afterwards. A second call does nothing."""
+        comm = self._comm
+        if self._closed or not comm.value:
+            raise PoolerError("Pooler.abort: this Pooler is closed")
+        call("pooler_comm_abort", comm)
 
     def last_projection(self, b: int) -> torch.Tensor:
         """This rank's projected block of the last run/project: the first b rows of `shard`
