@@ -63,6 +63,7 @@ constexpr int kBlocks = kPooled / 16;  // NVFP4 blocks (scales) per row
 constexpr float kEps = 1e-5f;
 constexpr float kGainCenter = 1.0f;
 constexpr unsigned long long kTestTimeoutNs = 20'000'000ull;  // 20 ms: tests only
+constexpr std::uint8_t kPoisonByte = 0x5A;                    // the outputs before a call that times out
 constexpr std::array<int, 4> kTps = {1, 2, 4, 8};
 constexpr double kHangLimitSeconds = 30.0;
 
@@ -890,6 +891,23 @@ TEST_P(ConsumerGpu, ChangingBatchOverManyCalls) {
   }
 }
 
+// After a timeout every row below b is poison, not undefined (docs/design/protocol.md, "Timeouts"):
+// NVFP4 codes 0 and E4M3 NaN scales; BF16 rows and normed rows NaN.
+void expect_poisoned(Rig& rig, Kind kind, int b, const std::string& where) {
+  CallOutputs out;
+  rig.download_outputs(out);
+  wait_or_die(rig.stream(), "the downloads after a timeout");
+  std::size_t wrong = 0;
+  if (kind == Kind::nvfp4) {
+    for (std::size_t i = 0; i < sz(b) * sz(kPooled) / 2; ++i) wrong += out.packed[i] != 0u;
+    for (std::size_t i = 0; i < sz(b) * sz(kBlocks); ++i) wrong += out.scales[i] != 0x7Fu;
+  } else {
+    const auto nan = [](std::uint16_t v) { return (v & 0x7F80u) == 0x7F80u && (v & 0x007Fu) != 0u; };
+    for (std::size_t i = 0; i < sz(b) * sz(kPooled); ++i) wrong += !nan(out.rows[i]) + !nan(out.normed[i]);
+  }
+  EXPECT_EQ(wrong, 0u) << where << ": outputs after a timeout not poisoned";
+}
+
 // (f): rank tp - 1 never publishes. The consumer must give up after its 20 ms deadline,
 // leave the record, and end; after a reset the same mailbox works again. At tp 1 that rank is the
 // consumer's own: a one-round-trip consumer then finds no hand-over of the stage and gives up at
@@ -911,6 +929,7 @@ TEST_P(ConsumerGpu, MissingPeerTimesOutWithARecord) {
         const CallInputs in = rig.random_inputs(random_, b);
         constexpr int kLayer = 7;
         Event start, stop;
+        rig.poison_outputs(kPoisonByte, kPoisonByte);
         start.record(rig.stream());
         rig.enqueue_call(in, kind, kLayer, &publishing);
         stop.record(rig.stream());
@@ -934,17 +953,28 @@ TEST_P(ConsumerGpu, MissingPeerTimesOutWithARecord) {
           EXPECT_GE(stop.elapsed_since(start), 19.0f) << where << ": returned before the deadline";
         }
         std::cout << "[ timeout ] " << where << ": " << rig.state().describe_timeout() << "\n";
+        expect_poisoned(rig, kind, b, where + ", the call that timed out");
         const MailboxStateBlock state = rig.state().read(rig.stream());
         EXPECT_EQ(state.failed, 1u) << where;
         EXPECT_EQ(state.arrived, 0u) << where << ": every CTA must still arrive";
         EXPECT_EQ(state.stage, 2u) << where;
-        // Sticky failure: the next call gives up at once and keeps the first record.
+        // Sticky failure: the next call gives up at once and keeps the first record; its outputs are
+        // poison even though every rank publishes (the publishers of a failed rank store nothing).
         {
           const CallInputs again = rig.random_inputs(random_, b);
-          rig.enqueue_call(again, kind, kLayer + 1, &publishing);
+          rig.poison_outputs(kPoisonByte, kPoisonByte);
+          rig.enqueue_call(again, kind, kLayer + 1);
           wait_or_die(rig.stream(), where + ": a call after a failure", 10.0);
           const TimeoutRecord kept = rig.state().record();
           EXPECT_EQ(kept.layer, kLayer) << where << ": the first failure's record was overwritten";
+          expect_poisoned(rig, kind, b, where + ", the call after the timeout");
+          const Bf16s contents = rig.mailbox_contents();
+          const std::size_t stage_elements = sz(tp) * sz(kCapacity) * sz(rig.width());
+          const std::size_t written =
+              static_cast<std::size_t>(std::count_if(contents.begin() + static_cast<std::ptrdiff_t>(2 * stage_elements),
+                                                     contents.begin() + static_cast<std::ptrdiff_t>(3 * stage_elements),
+                                                     [](std::uint16_t v) { return v != 0x8000u; }));
+          EXPECT_EQ(written, 0u) << where << ": a publisher stored into stage 2 after the failure";
         }
         // A reset makes the mailbox usable again (the context survived: no trap).
         rig.reset();

@@ -79,6 +79,24 @@ POOLER_DEVICE void mailbox_hand_over_stage(const MailboxStateBlock* state, u32 s
   if (blockIdx.x == 0 && threadIdx.x == 0) st_relaxed_gpu_u32(&const_cast<MailboxStateBlock*>(state)->published, stage);
 }
 
+// What a publisher needs after its PDL wait: the call's stage (handed over to the consumer), and
+// whether it may store into its peers' mailboxes at all. Not once a poll on this rank has given up
+// (`failed`, sticky): such a rank goes on without a peer's block, so its later publishes could land
+// in a stage that a slow peer has not read yet, and that peer would compute on wrong rows. It stops
+// publishing instead, so that the slow peer times out in its turn (docs/design/protocol.md,
+// "Timeouts"). Both words are loaded together: no extra round trip.
+struct MailboxPublish {
+  u32 stage;
+  bool allowed;
+};
+
+POOLER_DEVICE MailboxPublish mailbox_begin_publish(const MailboxStateBlock* state) {
+  const u32 stage = ld_relaxed_gpu_u32(&state->stage);
+  const u32 failed = ld_relaxed_gpu_u32(&state->failed);
+  mailbox_hand_over_stage(state, stage);
+  return MailboxPublish{stage, failed == 0u};
+}
+
 // ---- the consumer side ------------------------------------------------------------------
 
 struct MailboxCall {
@@ -189,6 +207,13 @@ POOLER_DEVICE void mailbox_load16(const u16* mailbox, u32 stage, u32 row, u32 co
   }
 }
 
+// BF16 NaN in all 16 columns: a consumer's row after a timeout (docs/design/protocol.md, "Timeouts").
+constexpr u32 kMailboxPoisonPair = 0x7FC07FC0u;
+POOLER_DEVICE void mailbox_poison16(u32 (&x)[8]) {
+#pragma unroll
+  for (int k = 0; k < 8; ++k) x[k] = kMailboxPoisonPair;
+}
+
 POOLER_DEVICE bool has_sentinel16(const u32 (&x)[8]) {
   bool pending = false;
 #pragma unroll
@@ -197,7 +222,8 @@ POOLER_DEVICE bool has_sentinel16(const u32 (&x)[8]) {
 }
 
 // All three stages at once, the stage picked in registers; polls only where a peer has not
-// published yet. Right after pdl_wait(); false after a timeout (x undefined). The stage is the
+// published yet. Right after pdl_wait(); false after a timeout, this call's or an earlier one's (x
+// undefined). The stage is the
 // publisher's hand-over, which no CTA of this grid writes, so the grid needs no arrival before CTA 0
 // advances `stage`. CTA 0 checks the hand-over against `stage`: they differ only when this rank did
 // not publish this call, which it reports at once as its own slot missing.
@@ -224,6 +250,7 @@ POOLER_DEVICE bool mailbox_read16(const u16* mailbox, MailboxStateBlock* state, 
     mailbox_report_timeout(state, record, rank, rank, layer, stage, row, 0ull);
     return false;
   }
+  if (tail[1] != 0u) return false;  // an earlier call gave up: this one's rows are not to be trusted
 #pragma unroll
   for (int k = 0; k < 8; ++k) x[k] = stage == 0u ? x0[k] : stage == 1u ? x1[k] : x2[k];
   if (!has_sentinel16(x)) return true;
@@ -282,13 +309,16 @@ POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, cons
 // settled. CTA 0 advances `stage` once its row is done, possibly before another CTA of this grid
 // has started, so every other CTA then reports that it has read the state
 // (mailbox_arrive_after_read), and CTA 0 waits for those reports before it advances.
-POOLER_DEVICE MailboxSnapshot mailbox_snapshot_before_wait(MailboxStateBlock* state) {
-  u32 head[4];  // {stage, rows[0..2]}
+// `failed`: the sticky flag as read with the state (an earlier call gave up).
+POOLER_DEVICE MailboxSnapshot mailbox_snapshot_before_wait(MailboxStateBlock* state, u32& failed) {
+  u32 head[4], tail[4];  // {stage, rows[0..2]}, {arrived, failed, calls, published}
   ld_relaxed_gpu_v4(&state->stage, head);
+  ld_relaxed_gpu_v4(&state->arrived, tail);
   MailboxSnapshot snapshot;
   snapshot.stage = head[0];
   snapshot.rows_to_clear = head[0] == 0u ? head[3] : head[0] == 1u ? head[1] : head[2];
-  snapshot.calls = ld_relaxed_gpu_u32(&state->calls);
+  snapshot.calls = tail[2];
+  failed = tail[1];
   mailbox_arrive_after_read(state, snapshot.stage);
   return snapshot;
 }
@@ -300,15 +330,18 @@ POOLER_DEVICE u32 mailbox_peek_arrivals(const MailboxStateBlock* state) {
 }
 
 // The polling consumer's read, before the PDL wait: the state, then this thread's 16 columns of
-// `row`, polled in the snapshot's stage; `arrivals` as mailbox_peek_arrivals. False after a timeout.
+// `row`, polled in the snapshot's stage; `arrivals` as mailbox_peek_arrivals. False after a timeout,
+// this call's or an earlier one's.
 template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE bool mailbox_read_polled16(const u16* mailbox, MailboxStateBlock* state, TimeoutRecord* record, u32 row,
                                          u32 column, int rank, int layer, unsigned long long timeout_ns,
                                          MailboxSnapshot& snapshot, u32& arrivals, u32 (&x)[8]) {
-  snapshot = mailbox_snapshot_before_wait(state);
-  const bool ok = mailbox_poll16<kTp, kCapacity, kWidth>(mailbox, state, record,
-                                                         MailboxCall{snapshot.stage, snapshot.rows_to_clear}, row,
-                                                         column, rank, layer, timeout_ns, x);
+  u32 failed = 0u;
+  snapshot = mailbox_snapshot_before_wait(state, failed);
+  // After an earlier call gave up, no poll: this call's rows are not to be trusted.
+  const bool ok = failed == 0u && mailbox_poll16<kTp, kCapacity, kWidth>(
+                                      mailbox, state, record, MailboxCall{snapshot.stage, snapshot.rows_to_clear}, row,
+                                      column, rank, layer, timeout_ns, x);
   arrivals = mailbox_peek_arrivals(state);
   return ok;
 }

@@ -56,6 +56,15 @@ POOLER_DEVICE Nvfp4Slice<kValues> quantize_slice(const u32 (&y)[kValues / 2], fl
 }
 
 // One thread's whole block.
+// A block after a timeout: codes 0 and the E4M3 NaN scale (docs/design/protocol.md, "Timeouts").
+constexpr u32 kNvfp4PoisonScale = 0x7Fu;
+template <int kValues>
+POOLER_DEVICE void nvfp4_poison(Nvfp4Slice<kValues>& slice) {
+#pragma unroll
+  for (int k = 0; k < (kValues + 7) / 8; ++k) slice.packed[k] = 0u;
+  slice.scale = kNvfp4PoisonScale;
+}
+
 POOLER_DEVICE Nvfp4Block16 quantize16(const u32 (&y)[8], float global_scale) {
   return quantize_slice<16>(y, global_scale);
 }

@@ -8,7 +8,7 @@
 // (1: consumer_trace.cuh records when each CTA passes each step).
 // Launch: grid (b * row_ctas), block (POOLED / 16); CTA i reads row i / row_ctas, thread t columns
 // [16 t, 16 t + 16) of it (row_split.cuh). Every rank must launch the same grid. Outputs: rows,
-// normed [b, POOLED] BF16; undefined after a timeout.
+// normed [b, POOLED] BF16; poison after a timeout (protocol.md, "Timeouts").
 #include "mailbox.cuh"
 #include "norm.cuh"
 #include "row_split.cuh"
@@ -76,12 +76,16 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   MailboxSnapshot snapshot{0u, 0u, 0u};
   u32 arrivals = 0u;  // polling: CTA 0's peek at the other CTAs' reports
   // Polling: the state and the row before the PDL wait (docs/design/protocol.md, "The polling consumer").
-  mailbox_read_one_round_trip16<TP, CAPACITY, kShardWidth, POLLING == 1>(mailbox, state, record, row, column, rank,
-                                                                         layer, timeout_ns, snapshot, arrivals, x);
+  const bool read = mailbox_read_one_round_trip16<TP, CAPACITY, kShardWidth, POLLING == 1>(
+      mailbox, state, record, row, column, rank, layer, timeout_ns, snapshot, arrivals, x);
   trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
   // Polling: this CTA reported its read of the state already; else nothing: no CTA waits for another.
   trace.mark(consumer_trace::kArrived);
   if constexpr (POLLING && !TRIGGER_BEFORE_WAIT) pdl_launch_dependents();  // every CTA has its row
+  // After a timeout, this call's or an earlier one's, the outputs are poison, not undefined; the
+  // CTA decides as one, so that its row (or slice) is poisoned whole (docs/design/protocol.md, "Timeouts").
+  const bool poisoned = __syncthreads_or(!read) != 0;
+  if (poisoned) mailbox_poison16(x);
   __shared__ __align__(16) u32 stash_words[POOLED / 2];
   const StashedRow<POOLED> stash{stash_words};
   if (split.ctas != 1u) stash.put16(x);  // read back after row_rms_inverse16's barrier

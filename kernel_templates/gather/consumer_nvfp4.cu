@@ -8,7 +8,7 @@
 // (1: consumer_trace.cuh records when each CTA passes each step).
 // Launch: grid (b * row_ctas), block (POOLED / 16); CTA i reads row i / row_ctas, thread t columns
 // [16 t, 16 t + 16) of it (row_split.cuh). Every rank must launch the same grid. Outputs: packed
-// [b, POOLED / 2], scales [b, POOLED / 16]; undefined after a timeout.
+// [b, POOLED / 2], scales [b, POOLED / 16]; poison after a timeout (protocol.md, "Timeouts").
 #include "mailbox.cuh"
 #include "norm.cuh"
 #include "nvfp4.cuh"
@@ -30,12 +30,13 @@ namespace {
 using namespace pooler;
 
 // One CTA per row: thread t norms and quantizes its own 16 columns.
-__device__ __forceinline__ void quantize_own16(const u32 (&x)[8], const u32 (&w)[8], float inv, float gs, u8* packed,
-                                               u8* scales, const consumer_trace::Trace& trace) {
+__device__ __forceinline__ void quantize_own16(const u32 (&x)[8], const u32 (&w)[8], float inv, float gs, bool poisoned,
+                                               u8* packed, u8* scales, const consumer_trace::Trace& trace) {
   u32 y[8];
   norm16(x, w, inv, GAIN_CENTER, y);
   trace.normed(y);
-  const Nvfp4Block16 q = quantize16(y, gs);
+  Nvfp4Block16 q = quantize16(y, gs);
+  if (poisoned) nvfp4_poison(q);
   trace.mark(consumer_trace::kQuantized, q.packed[0] ^ q.packed[1] ^ q.scale);
   st_global_v2(packed + threadIdx.x * 8u, q.packed[0], q.packed[1]);
   st_global_u8(scales + threadIdx.x, q.scale);
@@ -45,13 +46,14 @@ __device__ __forceinline__ void quantize_own16(const u32 (&x)[8], const u32 (&w)
 // CTA's slice, read back from the stashed row; kLanes = row_ctas lanes share one block.
 template <int kValues>
 __device__ __forceinline__ void quantize_slice_of(const StashedRow<POOLED>& stash, const RowSlice& split,
-                                                  const u32 (&w)[8], float inv, float gs, u8* packed, u8* scales,
-                                                  const consumer_trace::Trace& trace) {
+                                                  const u32 (&w)[8], float inv, float gs, bool poisoned, u8* packed,
+                                                  u8* scales, const consumer_trace::Trace& trace) {
   constexpr int kWords = kValues / 2;
   u32 x[kWords], y[kWords];
   norm_slice<POOLED, kWords>(stash, split, w, inv, GAIN_CENTER, x, y);
   trace.mark(consumer_trace::kNormed, y[0]);
-  const Nvfp4Slice<kValues> q = quantize_slice<kValues>(y, gs);
+  Nvfp4Slice<kValues> q = quantize_slice<kValues>(y, gs);
+  if (poisoned) nvfp4_poison(q);
   trace.mark(consumer_trace::kQuantized, q.packed[0] ^ q.scale);
   u8* out = packed + split.first / 2u;
   if constexpr (kValues == 8) {
@@ -98,12 +100,16 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   MailboxSnapshot snapshot{0u, 0u, 0u};
   u32 arrivals = 0u;  // polling: CTA 0's peek at the other CTAs' reports
   // Polling: the state and the row before the PDL wait (docs/design/protocol.md, "The polling consumer").
-  mailbox_read_one_round_trip16<TP, CAPACITY, kShardWidth, POLLING == 1>(mailbox, state, record, row, column, rank,
-                                                                         layer, timeout_ns, snapshot, arrivals, x);
+  const bool read = mailbox_read_one_round_trip16<TP, CAPACITY, kShardWidth, POLLING == 1>(
+      mailbox, state, record, row, column, rank, layer, timeout_ns, snapshot, arrivals, x);
   trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
   // Polling: this CTA reported its read of the state already; else nothing: no CTA waits for another.
   trace.mark(consumer_trace::kArrived);
   if constexpr (POLLING && !TRIGGER_BEFORE_WAIT) pdl_launch_dependents();  // every CTA has its row
+  // After a timeout, this call's or an earlier one's, the outputs are poison, not undefined; the
+  // CTA decides as one, so that its row (or slice) is poisoned whole (docs/design/protocol.md, "Timeouts").
+  const bool poisoned = __syncthreads_or(!read) != 0;
+  if (poisoned) mailbox_poison16(x);
   u8* packed_row = packed + static_cast<unsigned long long>(row) * (POOLED / 2);
   u8* scales_row = scales + static_cast<unsigned long long>(row) * (POOLED / 16);
   __shared__ __align__(16) u32 stash_words[POOLED / 2];
@@ -112,14 +118,14 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16)
   // One call site of the norm's division: its slow path is a subroutine (a second call spills).
   const float inv = row_rms_inverse16<POOLED>(x, EPS, trace);
   if (split.ctas == 1u) {
-    quantize_own16(x, w, inv, gs, packed_row, scales_row, trace);
+    quantize_own16(x, w, inv, gs, poisoned, packed_row, scales_row, trace);
   } else {
     if (split.ctas == 2u) {
-      quantize_slice_of<8>(stash, split, w, inv, gs, packed_row, scales_row, trace);
+      quantize_slice_of<8>(stash, split, w, inv, gs, poisoned, packed_row, scales_row, trace);
     } else if (split.ctas == 4u) {
-      quantize_slice_of<4>(stash, split, w, inv, gs, packed_row, scales_row, trace);
+      quantize_slice_of<4>(stash, split, w, inv, gs, poisoned, packed_row, scales_row, trace);
     } else {
-      quantize_slice_of<2>(stash, split, w, inv, gs, packed_row, scales_row, trace);
+      quantize_slice_of<2>(stash, split, w, inv, gs, poisoned, packed_row, scales_row, trace);
     }
   }
   trace.mark(consumer_trace::kStored);

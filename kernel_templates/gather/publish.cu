@@ -24,14 +24,14 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   if (vector >= static_cast<u32>(rows) * kVectorsPerRow) return;
   const u32 row = vector / kVectorsPerRow;
   const u32 column = (vector % kVectorsPerRow) * 8u;
-  const u32 stage = ld_relaxed_gpu_u32(&state->stage);
-  mailbox_hand_over_stage(state, stage);
+  const MailboxPublish publish = mailbox_begin_publish(state);
+  if (!publish.allowed) return;  // a poll on this rank gave up (mailbox_begin_publish)
   u32 v[4];
   ld_global_v4(shard + static_cast<unsigned long long>(row) * kShardWidth + column, v);
 #pragma unroll
   for (int k = 0; k < 4; ++k) v[k] = without_negative_zero(v[k]);
   const unsigned long long offset =
-      mailbox_row_offset<TP, CAPACITY, kShardWidth>(stage, static_cast<u32>(rank), row) + column;
+      mailbox_row_offset<TP, CAPACITY, kShardWidth>(publish.stage, static_cast<u32>(rank), row) + column;
 #pragma unroll
   for (int peer = 0; peer < TP; ++peer) {
     u16* mailbox = reinterpret_cast<u16*>(peers.base[peer]);

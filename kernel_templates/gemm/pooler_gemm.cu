@@ -383,11 +383,8 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   if constexpr (!TRIGGER_IN_PROLOGUE) pdl_launch_dependents();
 
   // After pdl_wait (the previous call advanced it); loaded here to hide behind the reduction.
-  u32 stage = 0;
-  if constexpr (kPublish) {
-    stage = pooler::ld_relaxed_gpu_u32(&state->stage);
-    pooler::mailbox_hand_over_stage(state, stage);
-  }
+  pooler::MailboxPublish publish{0u, false};
+  if constexpr (kPublish) publish = pooler::mailbox_begin_publish(state);
 
   // Partial p of column col, row r: rank col / kOwned, reduce[(p * ROWS + r) * kOwnedPitch + col % kOwned].
   float* reduce = reinterpret_cast<float*>(smem + kReduceOffset);
@@ -471,11 +468,13 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 #pragma unroll
         for (int k = 0; k < 4; ++k) v[k] = pooler::without_negative_zero(v[k]);
         const unsigned long long offset =
-            pooler::mailbox_row_offset<TP, CAPACITY, N>(stage, static_cast<u32>(rank), static_cast<u32>(r)) +
+            pooler::mailbox_row_offset<TP, CAPACITY, N>(publish.stage, static_cast<u32>(rank), static_cast<u32>(r)) +
             static_cast<unsigned long long>(first_column + owned);
+        if (publish.allowed) {
 #pragma unroll
-        for (int peer = 0; peer < TP; ++peer) {
-          pooler::st_relaxed_sys_v4(reinterpret_cast<u16*>(peers.base[peer]) + offset, v);
+          for (int peer = 0; peer < TP; ++peer) {
+            pooler::st_relaxed_sys_v4(reinterpret_cast<u16*>(peers.base[peer]) + offset, v);
+          }
         }
       }
     }
