@@ -86,6 +86,7 @@ def test_a_missing_library_is_named():
                             capture_output=True, text=True)
     assert result.returncode != 0
     assert "cannot load /nonexistent/libpooler.so" in result.stderr
+    assert "libnccl.so.2" in result.stderr and "torch 2.11" in result.stderr
 
 
 def test_torch_parts_follow_torch():
