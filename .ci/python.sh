@@ -8,7 +8,8 @@
 #   POOLER_CI_TORCH=0        skip installing torch (its tests then skip; the rest runs)
 #   POOLER_PREBUILT_LIBRARY  bundle this libpooler.so instead of building one from the sdist
 #                            (.ci/run passes the build/libpooler.so it has just built: building the
-#                            library again from the sdist takes about as long as the C++ build)
+#                            library again from the sdist, Release and without ccache, took 619 s on
+#                            2 busy cores)
 set -euo pipefail
 if [[ -n ${POOLER_PREBUILT_LIBRARY:-} ]]; then
   POOLER_PREBUILT_LIBRARY=$(realpath -e "$POOLER_PREBUILT_LIBRARY")  # the caller's relative path
