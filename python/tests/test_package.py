@@ -3,6 +3,7 @@
 import ctypes
 import os
 import re
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,7 @@ def test_a_missing_library_is_named():
                             capture_output=True, text=True)
     assert result.returncode != 0
     assert "cannot load /nonexistent/libpooler.so" in result.stderr
+    assert "libnccl.so.2" in result.stderr and "torch 2.11" in result.stderr
 
 
 def test_torch_parts_follow_torch():
@@ -119,7 +121,28 @@ def test_an_old_torch_nccl_is_refused_by_name():
 
 
 def test_the_wheel_carries_the_licence():
-    from pathlib import Path as _Path
-
-    folder = _Path(pooler.__file__).parent
+    folder = Path(pooler.__file__).parent
     assert "Apache License" in (folder / "LICENSE").read_text()
+
+
+def elf_section_names(path):
+    """The section names of a 64-bit little-endian ELF file (its section headers and their string table)."""
+    data = Path(path).read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, f"{path} is not a 64-bit little-endian ELF file"
+    (header_offset,) = struct.unpack_from("<Q", data, 0x28)
+    entry_size, count, names_index = struct.unpack_from("<HHH", data, 0x3A)
+
+    def section(index):  # (name offset, file offset, size)
+        base = header_offset + index * entry_size
+        return struct.unpack_from("<I", data, base)[0], *struct.unpack_from("<QQ", data, base + 0x18)
+
+    _, names_offset, _ = section(names_index)
+    return [data[names_offset + name:data.index(b"\0", names_offset + name)].decode()
+            for name, _, _ in map(section, range(count))]
+
+
+@pytest.mark.skipif("POOLER_LIBRARY" in os.environ, reason="POOLER_LIBRARY names a library other than the bundled one")
+def test_the_bundled_library_is_stripped():
+    names = elf_section_names(pooler.library_path())
+    assert ".dynsym" in names and ".text" in names  # the reader reads
+    assert [name for name in names if name.startswith(".debug")] == []

@@ -129,9 +129,10 @@ def _load():
         lib = ctypes.CDLL(str(path))
     except OSError as error:
         raise ImportError(
-            f"pooler: cannot load {path}: {error}. libpooler.so needs NVRTC (CUDA 13), NCCL 2.28 or newer and "
-            "libcrypto: import torch first (its CUDA libraries), or put the CUDA toolkit's lib64 on "
-            "LD_LIBRARY_PATH") from None
+            f"pooler: cannot load {path}: {error}. libpooler.so links NCCL 2.28 or newer (libnccl.so.2, never in "
+            "the wheel) and libcrypto (in a manylinux wheel's pooler.libs, else the system's): install torch 2.11 "
+            "or newer (pooler imports it first, and so its NCCL), or put a folder holding libnccl.so.2 on "
+            "LD_LIBRARY_PATH. The CUDA driver and NVRTC are opened later, at first use") from None
     lib.pooler_abi_version.argtypes, lib.pooler_abi_version.restype = [], ctypes.c_int
     lib.pooler_version.argtypes, lib.pooler_version.restype = [], ctypes.c_char_p
     lib.pooler_status_name.argtypes, lib.pooler_status_name.restype = [ctypes.c_int], ctypes.c_char_p
