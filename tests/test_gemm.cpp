@@ -536,10 +536,10 @@ TEST(PoolerForms, PublishingGemmsTriggerInTheirPrologueOnlyWithWOnChipAtOneRow) 
       const ConsumerTrigger expected = early                  ? ConsumerTrigger::before_wait
                                        : rows <= kPollingRows ? polling
                                                               : ConsumerTrigger::after_wait;
-      EXPECT_EQ(consumer_trigger(publishing), expected);
+      EXPECT_EQ(consumer_trigger(publishing, {}), expected);
       // After the plain GEMM (then the publish kernel, or an engine's kernel) nothing polls early.
       if (all_of_w) {
-        EXPECT_EQ(consumer_trigger(plan), ConsumerTrigger::before_wait);
+        EXPECT_EQ(consumer_trigger(plan, {}), ConsumerTrigger::before_wait);
       }
     }
   }
