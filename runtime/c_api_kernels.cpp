@@ -19,6 +19,7 @@
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/jit/device.hpp"
 #include "runtime/jit/kernel_cache.hpp"
+#include "runtime/tuning/gemm_rule.hpp"
 
 static_assert(sizeof(pooler_mailbox_info) == 64 && offsetof(pooler_mailbox_info, mailbox) == 16 &&
               offsetof(pooler_mailbox_info, spin_timeout_ns) == 40 && offsetof(pooler_mailbox_info, rank) == 60 &&
@@ -324,7 +325,7 @@ pooler_status pooler_mailbox(pooler_t pooler, pooler_mailbox_info* info) {
 pooler_status pooler_choose_gemm_shape(int rows, int n, int k, pooler_gemm_shape* shape) {
   return pooler::c_api::guard("pooler_choose_gemm_shape", [&] {
     require(shape, "shape", "a pointer to a pooler_gemm_shape to fill (its header set)");
-    shape_to_c(pooler::choose_gemm_shape(n, k, rows), shape);
+    shape_to_c(pooler::choose_gemm_shape(n, k, rows, pooler::overrides_from_environment()), shape);
   });
 }
 
@@ -334,7 +335,8 @@ pooler_status pooler_gemm_compile(pooler_kernel_t* kernel, int device, int rows,
     require(kernel, "kernel", "a pointer to a pooler_kernel_t to receive the kernel");
     *kernel = nullptr;
     const pooler::PoolerGemmShape chosen =
-        shape != nullptr ? shape_from_c(*shape) : pooler::choose_gemm_shape(n, k, rows);
+        shape != nullptr ? shape_from_c(*shape)
+                         : pooler::choose_gemm_shape(n, k, rows, pooler::overrides_from_environment());
     const pooler::Form form = pooler::pooler_gemm_form(rows, n, k, chosen);  // validates
     auto handle = new_kernel(KernelKind::gemm, device, enable_pdl);
     const auto entry = lookup(*handle, form);

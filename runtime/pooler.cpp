@@ -10,7 +10,7 @@
 #include "runtime/comm/nccl.hpp"
 #include "runtime/jit/driver.hpp"
 #include "runtime/pooler_impl.hpp"
-#include "runtime/tensor_view.hpp"
+#include "runtime/api_types.hpp"
 
 namespace pooler {
 
@@ -138,7 +138,7 @@ void Pooler::Impl::project_and_publish(const PoolerLayer& spec, const TensorView
   if (transport == Transport::nccl) {
     gemm.launch(stream, x.data, spec.weight.data, shard.get(), options.enable_pdl);
     all_gather(shard.get(), b, stream);
-  } else if (options.fuse_publish) {
+  } else if (overrides.fuse_publish) {
     // One kernel boundary less: the GEMM's epilogue stores into every mailbox.
     fused_by_rows[static_cast<std::size_t>(b)]->launch_publish(stream, x.data, spec.weight.data, shard.get(), peers,
                                                                state->state(), rank, options.enable_pdl);
@@ -152,17 +152,9 @@ void Pooler::Impl::project_and_publish(const PoolerLayer& spec, const TensorView
 // `gathered` ([tp][b][P / tp]), on the caller's stream. Formats only on failure.
 void Pooler::Impl::all_gather(CUdeviceptr block, int b, CUstream stream) const {
   const std::size_t count = static_cast<std::size_t>(b) * static_cast<std::size_t>(layout.width());
-  // An abort on another thread waits until the call has returned (no allocation, no synchronisation).
-  std::shared_lock shared(comm_state->in_use);
-  if (comm_state->aborted.load(std::memory_order_relaxed)) {
-    check_usable();  // throws: aborted
-  }
-  const ncclResult_t result = ncclAllGather(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(block)),
-                                            reinterpret_cast<void*>(static_cast<std::uintptr_t>(gathered.get())), count,
-                                            ncclBfloat16, comm, stream);
-  if (result != ncclSuccess) {
-    check_nccl(result, "ncclAllGather", fmt::format("Pooler rank {}: publishing {} rows", rank, b), comm);
-  }
+  enqueue_all_gather_rows(
+      comm, *comm_state, block, gathered.get(), count, stream, [this] { check_usable(); },  // throws: aborted
+      [this, b] { return fmt::format("Pooler rank {}: publishing {} rows", rank, b); });
 }
 
 // The consumer of `layer` into `out` (checked by the caller). `after_publish`: launched right after

@@ -8,7 +8,7 @@
 #include "runtime/gemm/weight_prefetch.hpp"
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/gather/gathered_consumer.hpp"
-#include "runtime/jit/env.hpp"
+#include "runtime/tuning/gemm_rule.hpp"
 
 namespace pooler {
 namespace {
@@ -23,49 +23,21 @@ std::vector<NormConstants> distinct(const std::vector<NormConstants>& norms) {
 
 }  // namespace
 
-ConsumerTrigger consumer_trigger(const GemmPlan& gemm) {
-  const std::string mode =
-      env_choice("POOLER_CONSUMER_TRIGGER", {"before_wait", "after_wait", "polling", "polling_early"});
-  if (mode == "before_wait") return ConsumerTrigger::before_wait;
-  if (mode == "after_wait") return ConsumerTrigger::after_wait;
-  if (!gemm.triggers_after_its_wait()) return ConsumerTrigger::before_wait;
-  if (mode == "polling") return ConsumerTrigger::polling;
-  if (mode == "polling_early") return ConsumerTrigger::polling_early;
-  if (gemm.rows() > kPollingRows) return ConsumerTrigger::after_wait;
-  return polling_trigger(gemm.n(), gemm.k());
-}
-
-ConsumerTrigger polling_trigger(int n, int k) {
-  return ring_at_few_rows(n, k) ? ConsumerTrigger::polling : ConsumerTrigger::polling_early;
-}
-
-bool ring_at_few_rows(int n, int k) {
-  for (int b = 1; b <= kRowSplitCtas; ++b) {
-    if (choose_gemm_plan(n, k, b).shape().stages > 0) return true;
-  }
-  return false;
-}
-
-RowSplit consumer_row_split(int n, int k) {
-  RowSplit rule;
-  rule.beside_ring = ring_at_few_rows(n, k);
-  return row_split_from_env(rule);
-}
-
 PoolerForms pooler_forms(const PoolerConfig& config) {
   PoolerForms out;
   const std::set<int> batches(config.batches.begin(), config.batches.end());
   const int width = config.pooled / config.tp;
   for (int b : batches) {
     out.batches.push_back(b);
-    out.gemm_plans.push_back(config.gemm_shape ? GemmPlan(b, width, config.hidden, *config.gemm_shape)
-                                               : choose_gemm_plan(width, config.hidden, b));
+    const std::optional<PoolerGemmShape>& shape = config.overrides.gemm_shape;
+    out.gemm_plans.push_back(shape ? GemmPlan(b, width, config.hidden, *shape)
+                                   : choose_gemm_plan(width, config.hidden, b, config.overrides));
     out.forms.push_back(out.gemm_plans.back().form());
   }
   out.nvfp4_norms = distinct(config.nvfp4_norms);
   out.edge_norms = distinct(config.edge_norms);
   out.first_fused_gemm = out.forms.size();
-  if (config.mailbox && config.fuse_publish) {
+  if (config.mailbox && config.overrides.fuse_publish) {
     const GemmPublish publish{config.tp, config.capacity};
     for (const GemmPlan& plan : out.gemm_plans) {
       out.fused_plans.push_back(plan.publishing(publish));
@@ -77,7 +49,7 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
   // The consumers follow the GEMM that publishes (the fused one where there is one).
   if (config.mailbox) {
     for (const GemmPlan& plan : out.fused_plans.empty() ? out.gemm_plans : out.fused_plans) {
-      out.consumer_triggers.push_back(consumer_trigger(plan));
+      out.consumer_triggers.push_back(consumer_trigger(plan, config.overrides));
     }
   }
   auto consumers = [&](const std::vector<NormConstants>& norms, auto make, ConsumerTrigger trigger) {

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "pooler/gemm_shape.hpp"
-#include "runtime/gather/consumer_row_split.hpp"
 #include "runtime/gather/consumer_trigger.hpp"
 #include "runtime/gemm/gemm_plan.hpp"
 #include "runtime/jit/form.hpp"
+#include "runtime/tuning/consumer_rules.hpp"
 
 namespace pooler {
 
@@ -37,15 +37,16 @@ struct PoolerConfig {
   std::vector<int> batches = {8};
   std::vector<NormConstants> nvfp4_norms;  // one consumer form each
   std::vector<NormConstants> edge_norms;   // one BF16 consumer form each
-  std::optional<PoolerGemmShape> gemm_shape;
-  bool stock = false;        // also the stock norm (per norm) and quantize forms, for tests and benchmarks
-  bool fuse_publish = true;  // also a publishing GEMM per batch (run() without a publish kernel), as Pooler does
-  bool mailbox = true;       // the lamport transport's forms: publish, mailbox consumers (and publishing GEMMs)
-  bool gathered = false;     // the nccl transport's consumers (consumer_gathered.cu), one per distinct norm
+  // The rules' comparison overrides; among them the C++-only gemm_shape (every batch's GEMM at
+  // that shape) and fuse_publish (also a publishing GEMM per batch: run() without a publish kernel).
+  TuningOverrides overrides;
+  bool stock = false;     // also the stock norm (per norm) and quantize forms, for tests and benchmarks
+  bool mailbox = true;    // the lamport transport's forms: publish, mailbox consumers (and publishing GEMMs)
+  bool gathered = false;  // the nccl transport's consumers (consumer_gathered.cu), one per distinct norm
 };
 
 // The forms, in this order: a GEMM per batch (ascending, duplicates dropped),
-// when `mailbox`: when `fuse_publish` a publishing GEMM per batch, the publish, the NVFP4 consumers, the BF16
+// when `mailbox`: when `overrides.fuse_publish` a publishing GEMM per batch, the publish, the NVFP4 consumers, the BF16
 // consumers (each in the order given, duplicates dropped), then for each other trigger of
 // kAllConsumerTriggers that some batch's consumers take (consumer_trigger), both again with that
 // trigger; when `gathered`: the gathered NVFP4 consumers, the
@@ -56,11 +57,11 @@ struct PoolerForms {
   std::vector<Form> forms;
   std::vector<int> batches;                // the GEMM of batches[i] is forms[i]
   std::vector<GemmPlan> gemm_plans;        // its plan (shape validated once)
-  std::vector<GemmPlan> fused_plans;       // when fuse_publish: the publishing GEMM's
+  std::vector<GemmPlan> fused_plans;       // when overrides.fuse_publish: the publishing GEMM's
   std::vector<NormConstants> nvfp4_norms;  // distinct
   std::vector<NormConstants> edge_norms;   // distinct
   std::size_t first_fused_gemm =
-      0;  // when fuse_publish: the publishing GEMM of batches[i] is forms[first_fused_gemm + i]
+      0;  // when overrides.fuse_publish: the publishing GEMM of batches[i] is forms[first_fused_gemm + i]
   // When mailbox: the consumers' trigger at batches[i] (consumer_trigger of its GEMM). The NVFP4
   // consumer of nvfp4_norms[i] with trigger t is forms[first_nvfp4[t] + i] (consumer_form), there
   // for after_wait always (gather() never polls) and for the others where some batch takes them;
@@ -84,37 +85,5 @@ struct PoolerForms {
 };
 
 PoolerForms pooler_forms(const PoolerConfig& config);
-
-// The polling consumer's batches: b <= kPollingRows (decision 0022).
-inline constexpr int kPollingRows = 8;
-
-// How the mailbox consumers of a batch stand to their GEMM and to the next launch (the next
-// layer's GEMM, of the same plan). before_wait where that GEMM triggers in its prologue (it copies
-// its whole w on chip, or loads all of it into registers: N = 512, every b), so that its loads
-// overlap this layer's GEMM; elsewhere the GEMM triggers after its own wait, and the consumer
-// polls (b <= kPollingRows) or triggers after its wait (decisions 0016, 0018, 0021, 0022). A
-// polling consumer lets the next launch start at its start (polling_early) where the width's GEMM
-// streams w without a ring at few rows (!ring_at_few_rows: N = 1024 at K = 8192), whose prologue
-// is short; once its row is read (polling) beside a ring (decision 0023).
-// POOLER_CONSUMER_TRIGGER overrides it (for comparisons and tests: all give the same bits):
-// before_wait or after_wait at every b, polling or polling_early at every b whose GEMM triggers
-// after its wait (before_wait elsewhere); any other value is InvalidArgument. run() only: gather()
-// launches the after_wait consumer where this says polling or polling_early (its publish may follow
-// any kernel of the caller's).
-ConsumerTrigger consumer_trigger(const GemmPlan& gemm);
-
-// The rule's polling trigger at width N (reduction length K), what consumer_trigger gives where the
-// consumers poll: polling_early unless ring_at_few_rows(n, k), else polling (decision 0023).
-ConsumerTrigger polling_trigger(int n, int k);
-
-// RowSplit::beside_ring for the consumers of width N (reduction length K): whether the rule's GEMM
-// streams w through a shared-memory ring at some b <= kRowSplitCtas (N >= 2048 at K = 8192;
-// decision 0021). A property of the width, so that every configuration of it splits rows alike.
-bool ring_at_few_rows(int n, int k);
-
-// The consumers' row split at width N (reduction length K), as the Pooler and
-// pooler-kernel-bench --chain use it: the rule with beside_ring = ring_at_few_rows(n, k), unless
-// POOLER_CONSUMER_ROW_CTAS forces a count (row_split_from_env).
-RowSplit consumer_row_split(int n, int k);
 
 }  // namespace pooler

@@ -19,6 +19,7 @@
 #include "pooler/pooler.hpp"
 #include "runtime/comm/mailbox.hpp"
 #include "runtime/comm/nccl.hpp"
+#include "runtime/comm/setup_collectives.hpp"
 #include "runtime/comm/symmetric_buffer.hpp"
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/gather/gathered_consumer.hpp"
@@ -28,6 +29,7 @@
 #include "runtime/jit/kernel.hpp"
 #include "runtime/jit/kernel_cache.hpp"
 #include "runtime/pooler_forms.hpp"
+#include "runtime/tuning/overrides.hpp"
 
 namespace pooler {
 
@@ -43,14 +45,17 @@ struct Pooler::Impl {
   ncclComm_t comm = nullptr;
   std::shared_ptr<CommState> comm_state;  // aborted by abort_communicator; shared by every Pooler on `comm`
   std::chrono::nanoseconds setup_timeout = std::chrono::seconds(600);  // POOLER_SETUP_TIMEOUT_S
-  // A collective of the setup (a vote, a barrier, the warm-up's all-gathers) did not
-  // complete: it stays pending, so destruction neither synchronises nor releases
-  // the mailbox collectively.
-  bool collectives_broken = false;
+  // The votes, barriers and waits of the setup (made once the setup timeout is known); a
+  // collective that did not complete stays pending (collectives->broken()), so destruction neither
+  // synchronises nor releases the mailbox collectively.
+  std::optional<SetupCollectives> collectives;
+  bool collectives_broken() const { return collectives && collectives->broken(); }
   int rank = 0;
   int tp = 1;
   int ordinal = 0;
   PoolerOptions options;
+  PoolerConfig config;        // pooler_config of the options (both transports' forms; compile() picks)
+  TuningOverrides overrides;  // read once, before the vote (the default constructor: from the environment)
   std::optional<PrimaryContext> context;
   std::string architecture;
   MailboxLayout layout;
@@ -64,7 +69,7 @@ struct Pooler::Impl {
   std::string transport_reason;
   std::vector<std::unique_ptr<LoadedForm>> loaded;
   std::vector<std::unique_ptr<PoolerGemm>> gemm_by_rows;   // index b; null where b is not compiled
-  std::vector<std::unique_ptr<PoolerGemm>> fused_by_rows;  // the publishing GEMMs, when options.fuse_publish
+  std::vector<std::unique_ptr<PoolerGemm>> fused_by_rows;  // the publishing GEMMs, when overrides.fuse_publish
   std::optional<WeightPrefetchLauncher> prefetcher;        // prefetch_weights()
   MailboxPeers peers{};
   std::optional<PublishLauncher> publisher;
@@ -94,19 +99,9 @@ struct Pooler::Impl {
   void load();
   void load_mailbox();
   void load_gathered();
-  std::vector<int> gather_flags(int mine, const char* why);
   void choose_transport_collectively();
   void all_gather(CUdeviceptr block, int b, CUstream stream) const;
   void agree_on_success(const std::string& local_error, const char* step);
-  // One collective of the setup on the setup stream: enqueued under the
-  // communicator's shared lock (refused once it is aborted), then waited for
-  // within setup_timeout; when it does not complete, `buffers` are leaked (the
-  // collective may still write them), collectives_broken is set and the
-  // NcclError (CollectiveUnfinished, or NCCL's asynchronous error) propagates.
-  void setup_collective(const char* call, const std::string& what, std::initializer_list<DeviceBuffer*> buffers,
-                        const std::function<ncclResult_t()>& enqueue);
-  // Waits for the setup stream within setup_timeout, as setup_collective does.
-  void wait_for_setup(const std::string& what, std::initializer_list<DeviceBuffer*> buffers);
   PoolerForms plan;
   std::vector<Lookup> lookups;
   void check_usable() const;

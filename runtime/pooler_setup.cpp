@@ -16,27 +16,20 @@
 #include "runtime/jit/driver.hpp"
 #include "runtime/jit/log.hpp"
 #include "runtime/jit/sha256.hpp"
+#include "runtime/pooler_config.hpp"
 #include "runtime/pooler_impl.hpp"
 #include "runtime/pooler_options.hpp"
-#include "runtime/tensor_view.hpp"
+#include "runtime/api_types.hpp"
 #include "runtime/transport.hpp"
+#include "runtime/tuning/consumer_rules.hpp"
 
 namespace pooler {
 
 void Pooler::Impl::validate_locally() {
-  // P, tp and the capacity passed MailboxLayout::make already.
+  // P, tp, the capacity and the batches passed pooler_config already (compile()).
   const PoolerOptions& o = options;
   if (o.layers.empty()) {
     throw InvalidArgument("Pooler: options.layers is empty; expected one PoolerLayer per MoE layer");
-  }
-  if (o.batches.empty()) {
-    throw InvalidArgument("Pooler: options.batches is empty; expected the batch sizes run() will see");
-  }
-  for (int b : o.batches) {
-    if (b < 1 || b > o.capacity || b > kMaxGemmRows) {
-      throw InvalidArgument(fmt::format("Pooler: batch {} must lie in [1, {}] (the capacity, and the GEMM's {} rows)",
-                                        b, std::min(o.capacity, kMaxGemmRows), kMaxGemmRows));
-    }
   }
   check_transport(o.transport);
   check_spin_timeout(o.spin_timeout);
@@ -64,9 +57,8 @@ std::string Pooler::Impl::configuration_text() const {
   std::string text = fmt::format("H={} P={} tp={} capacity={} pdl={} timeout={} batches=", o.hidden, o.pooled, tp,
                                  o.capacity, o.enable_pdl, o.spin_timeout.count());
   for (int b : batches) text += fmt::format("{},", b);
-  if (o.gemm_shape) text += " gemm=" + describe(*o.gemm_shape);
-  text +=
-      fmt::format(" fuse_publish={} transport={} allow_nvls={}", o.fuse_publish, to_string(o.transport), o.allow_nvls);
+  text += fmt::format(" transport={} allow_nvls={} overrides={}", to_string(o.transport), o.allow_nvls,
+                      describe(overrides));
   text += fmt::format(" layers={}:", o.layers.size());
   for (const PoolerLayer& layer : o.layers) {
     text +=
@@ -75,47 +67,62 @@ std::string Pooler::Impl::configuration_text() const {
   return text;
 }
 
-// One ncclAllGather of {SHA-256 of the configuration, local validation failed}: every
-// rank learns whether all agree and all are valid, so a mismatch or bad input on one
-// rank is an error on every rank instead of a hang in the next collective.
+// One ncclAllGather of {SHA-256 of the configuration, local validation failed, the comparison
+// overrides}: every rank learns whether all agree and all are valid, so a mismatch or bad input
+// on one rank is an error on every rank instead of a hang in the next collective; ranks whose
+// overrides differ name the variable.
 void Pooler::Impl::agree_on_configuration(const std::string& local_error) {
   struct Vote {
     unsigned char digest[32];
     std::uint32_t invalid;
-    std::uint32_t pad[3];
+    std::int32_t overrides[kOverrideVariables];  // override_codes
+    std::uint32_t pad[2];
   };
+  static_assert(sizeof(Vote) % 16 == 0);
   Vote mine{};
   const Digest digest = Sha256().update(configuration_text()).finish();
   std::memcpy(mine.digest, digest.data(), sizeof(mine.digest));
   mine.invalid = local_error.empty() ? 0u : 1u;
-  DeviceBuffer send(sizeof(Vote));
-  DeviceBuffer receive(sizeof(Vote) * static_cast<std::size_t>(tp));
-  send.upload(&mine, sizeof(mine));
-  setup_collective(
-      "ncclAllGather", fmt::format("Pooler rank {}: comparing configurations", rank), {&send, &receive}, [&] {
-        return ncclAllGather(reinterpret_cast<const void*>(send.get()), reinterpret_cast<void*>(receive.get()),
-                             sizeof(Vote), ncclUint8, comm, setup_stream->get());
-      });
+  const OverrideCodes my_codes = override_codes(overrides);
+  std::copy(my_codes.begin(), my_codes.end(), mine.overrides);
+  const std::vector<unsigned char> all =
+      collectives->all_gather(&mine, sizeof(mine), fmt::format("Pooler rank {}: comparing configurations", rank));
   std::vector<Vote> votes(static_cast<std::size_t>(tp));
-  receive.download(votes.data(), receive.bytes());
+  std::memcpy(votes.data(), all.data(), all.size());
   if (!local_error.empty()) {
     return;  // the caller raises this rank's own error
   }
   std::vector<int> invalid, different;
+  std::vector<std::string> other_overrides;
   for (int r = 0; r < tp; ++r) {
     const Vote& vote = votes[static_cast<std::size_t>(r)];
     if (vote.invalid != 0u) invalid.push_back(r);
     if (std::memcmp(vote.digest, mine.digest, sizeof(mine.digest)) != 0) different.push_back(r);
+    OverrideCodes theirs{};
+    std::copy(vote.overrides, vote.overrides + kOverrideVariables, theirs.begin());
+    for (int variable = 0; variable < kOverrideVariables; ++variable) {
+      if (theirs[static_cast<std::size_t>(variable)] != my_codes[static_cast<std::size_t>(variable)]) {
+        other_overrides.push_back(fmt::format("rank {} has {} where this rank has {}", r,
+                                              describe_override(theirs, variable),
+                                              describe_override(my_codes, variable)));
+      }
+    }
   }
   if (!invalid.empty()) {
     throw InvalidArgument(fmt::format("Pooler rank {}: rank(s) {} rejected their options (see their errors)", rank,
                                       fmt::join(invalid, ", ")));
   }
+  if (!other_overrides.empty()) {
+    throw InvalidArgument(fmt::format(
+        "Pooler rank {}: the ranks run with different comparison overrides ({}); every rank must set the same "
+        "POOLER_GEMM_* and POOLER_CONSUMER_* variables (docs/RUNTIME.md, \"Comparison overrides\")",
+        rank, fmt::join(other_overrides, "; ")));
+  }
   if (!different.empty()) {
     throw InvalidArgument(
         fmt::format("Pooler rank {}: rank(s) {} passed a different configuration than this rank ({}); "
-                    "every rank must pass the same layers, batches, capacity, PDL, timeout, H, P, transport and "
-                    "allow_nvls",
+                    "every rank must pass the same layers, batches, capacity, PDL, timeout, H, P, transport, "
+                    "allow_nvls and overrides",
                     rank, fmt::join(different, ", "), configuration_text()));
   }
 }
@@ -124,56 +131,13 @@ void Pooler::Impl::agree_on_configuration(const std::string& local_error) {
 // and all throw if any failed, so that no rank waits forever for a peer that
 // gave up.
 void Pooler::Impl::agree_on_success(const std::string& local_error, const char* step) {
-  DeviceBuffer flag(sizeof(int));
-  const int failed_here = local_error.empty() ? 0 : 1;
-  flag.upload(&failed_here, sizeof(failed_here));
-  setup_collective("ncclAllReduce", fmt::format("Pooler rank {}: {}", rank, step), {&flag}, [&] {
-    return ncclAllReduce(reinterpret_cast<const void*>(flag.get()), reinterpret_cast<void*>(flag.get()), 1, ncclInt,
-                         ncclMax, comm, setup_stream->get());
-  });
-  int failed_anywhere = 0;
-  flag.download(&failed_anywhere, sizeof(failed_anywhere));
+  const int failed_anywhere =
+      collectives->all_max(local_error.empty() ? 0 : 1, fmt::format("Pooler rank {}: {}", rank, step));
   if (!local_error.empty()) {
     throw Error(local_error);
   }
   if (failed_anywhere != 0) {
     throw Error(fmt::format("Pooler rank {}: another rank failed while {} (see its error)", rank, step));
-  }
-}
-
-void Pooler::Impl::barrier(const char* why) {
-  DeviceBuffer token(sizeof(int));
-  token.fill_bytes(0);
-  setup_collective("ncclAllReduce", fmt::format("Pooler rank {}: barrier ({})", rank, why), {&token}, [&] {
-    return ncclAllReduce(reinterpret_cast<const void*>(token.get()), reinterpret_cast<void*>(token.get()), 1, ncclInt,
-                         ncclSum, comm, setup_stream->get());
-  });
-}
-
-void Pooler::Impl::setup_collective(const char* call, const std::string& what,
-                                    std::initializer_list<DeviceBuffer*> buffers,
-                                    const std::function<ncclResult_t()>& enqueue) {
-  {
-    std::shared_lock shared(comm_state->in_use);
-    if (comm_state->aborted.load()) {
-      throw NcclError(fmt::format("{}: the communicator was aborted (pooler_comm_abort, pooler::abort_communicator); "
-                                  "build nothing more on it",
-                                  what),
-                      ncclInvalidUsage);
-    }
-    check_nccl(enqueue(), call, what, comm);
-  }
-  wait_for_setup(what, buffers);
-}
-
-void Pooler::Impl::wait_for_setup(const std::string& what, std::initializer_list<DeviceBuffer*> buffers) {
-  try {
-    wait_for_collective(setup_stream->get(), comm, *comm_state, setup_timeout, what);
-  } catch (const NcclError& error) {  // unfinished, aborted, or NCCL's asynchronous error
-    collectives_broken = true;
-    for (DeviceBuffer* buffer : buffers) buffer->leak();
-    mark_failed(error.what());
-    throw;
   }
 }
 
@@ -191,7 +155,7 @@ std::string Pooler::Impl::failure_text() const {
 }
 
 Pooler::Impl::~Impl() {
-  if (mailbox && (collectives_broken || (comm_state && comm_state->aborted.load()))) {
+  if (mailbox && (collectives_broken() || (comm_state && comm_state->aborted.load()))) {
     mailbox->abandon();  // its release is collective: it would wait forever or use a freed communicator
   }
 }
@@ -201,21 +165,10 @@ Pooler::Impl::~Impl() {
 // is voted on like bad input. Again after the vote when automatic took nccl (the
 // GEMMs are then memory-cache hits; a compile error is voted on with the loading).
 void Pooler::Impl::compile(Transport forms_for) {
-  const PoolerOptions& o = options;
-  PoolerConfig config;
-  config.hidden = o.hidden;
-  config.pooled = o.pooled;
-  config.tp = tp;
-  config.capacity = o.capacity;
-  config.batches = o.batches;
-  config.gemm_shape = o.gemm_shape;
-  config.fuse_publish = o.fuse_publish;
-  config.mailbox = forms_for != Transport::nccl;
-  config.gathered = forms_for == Transport::nccl;
-  for (const PoolerLayer& layer : o.layers) {
-    (layer.nvfp4() ? config.nvfp4_norms : config.edge_norms).push_back(NormConstants{layer.eps, layer.gain_center});
-  }
-  plan = pooler_forms(config);
+  PoolerConfig forms_config = config;
+  forms_config.mailbox = forms_for != Transport::nccl;
+  forms_config.gathered = forms_for == Transport::nccl;
+  plan = pooler_forms(forms_config);
   lookups = KernelCache::global().get_all(plan.forms, architecture);
   form_lines.clear();
   for (std::size_t i = 0; i < plan.forms.size(); ++i) {
@@ -246,13 +199,13 @@ void Pooler::Impl::load_mailbox() {
   const CUcontext ctx = context->get();
   const MailboxBinding binding = state->binding(mailbox->local());
   const auto timeout_ns = static_cast<unsigned long long>(o.spin_timeout.count());
-  const RowSplit split = consumer_row_split(layout.width(), o.hidden);
+  const RowSplit split = consumer_row_split(layout.width(), o.hidden, overrides);
   auto load = [&](std::size_t index) -> const LoadedForm& {
     loaded.push_back(std::make_unique<LoadedForm>(*lookups[index].entry, ctx));
     return *loaded.back();
   };
   peers = make_peers(mailbox->peers());
-  if (o.fuse_publish) {
+  if (overrides.fuse_publish) {
     fused_by_rows.resize(static_cast<std::size_t>(o.capacity) + 1);
     for (std::size_t i = 0; i < plan.batches.size(); ++i) {
       fused_by_rows[static_cast<std::size_t>(plan.batches[i])] =
@@ -303,20 +256,6 @@ void Pooler::Impl::load_gathered() {
   }
 }
 
-// Every rank's `mine`, in rank order (one ncclAllGather on the setup stream).
-std::vector<int> Pooler::Impl::gather_flags(int mine, const char* why) {
-  DeviceBuffer send(sizeof(int));
-  DeviceBuffer receive(sizeof(int) * static_cast<std::size_t>(tp));
-  send.upload(&mine, sizeof(mine));
-  setup_collective("ncclAllGather", fmt::format("Pooler rank {}: {}", rank, why), {&send, &receive}, [&] {
-    return ncclAllGather(reinterpret_cast<const void*>(send.get()), reinterpret_cast<void*>(receive.get()), 1,
-                         ncclInt32, comm, setup_stream->get());
-  });
-  std::vector<int> all(static_cast<std::size_t>(tp));
-  receive.download(all.data(), receive.bytes());
-  return all;
-}
-
 // The transport every rank takes. Unless nccl was asked for, the mailbox's window is
 // mapped (collective) and every rank says whether it reaches every peer by load and
 // store; all take the same decision from the same votes. When it is nccl, the window
@@ -328,7 +267,8 @@ void Pooler::Impl::choose_transport_collectively() {
   if (requested != Transport::nccl) {
     mailbox.emplace(comm, layout.bytes(), Unreachable::report);
     local_reason = mailbox->why_unreachable();
-    reachable = gather_flags(mailbox->reachable() ? 1 : 0, "voting on load/store reachability");
+    reachable = collectives->all_gather(mailbox->reachable() ? 1 : 0,
+                                        fmt::format("Pooler rank {}: voting on load/store reachability", rank));
   }
   const TransportChoice choice = choose_transport(requested, reachable, local_reason);  // alike on every rank
   transport = choice.transport;
@@ -339,6 +279,15 @@ void Pooler::Impl::choose_transport_collectively() {
 }
 
 Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<Impl>()) {
+  construct(comm, std::move(options), nullptr);
+}
+
+Pooler::Pooler(ncclComm_t comm, PoolerOptions options, const TuningOverrides& overrides)
+    : impl_(std::make_unique<Impl>()) {
+  construct(comm, std::move(options), &overrides);
+}
+
+void Pooler::construct(ncclComm_t comm, PoolerOptions options, const TuningOverrides* overrides) {
   Impl& s = *impl_;
   // The environment first: without the opt-in, a process where NCCL may use NVLink
   // multicast is refused whatever the arguments, before any collective. (Ranks whose
@@ -367,6 +316,9 @@ Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<
   std::exception_ptr local_failure;
   try {
     s.setup_timeout = setup_timeout();
+    // The environment's overrides are read here, once, so that a bad value is voted on too.
+    s.overrides = overrides != nullptr ? *overrides : overrides_from_environment();
+    s.config = pooler_config(s.options, s.tp, s.overrides, Transport::automatic);  // P, tp, capacity, batches
     s.layout = MailboxLayout::make(s.options.pooled, s.tp, s.options.capacity);
     s.validate_locally();
     s.compile(s.options.transport == Transport::nccl ? Transport::nccl : Transport::lamport);
@@ -386,6 +338,8 @@ Pooler::Pooler(ncclComm_t comm, PoolerOptions options) : impl_(std::make_unique<
     local_error = fmt::format("Pooler rank {}: an exception that is not a std::exception", s.rank);
     local_failure = std::current_exception();
   }
+  s.collectives.emplace(comm, s.comm_state, s.setup_stream->get(), s.setup_timeout,
+                        [&s](const std::string& why) { s.mark_failed(why); });
   s.agree_on_configuration(local_error);  // throws if another rank failed or differs
   if (local_failure) {
     std::rethrow_exception(local_failure);  // this rank's own error, as raised
@@ -422,7 +376,7 @@ Pooler::~Pooler() {
   // let them finish before anything is released (the mailbox's own release is
   // collective and comes last, with the members).
   const LogRankScope log_rank(impl_ ? impl_->rank : -1);
-  if (impl_ && impl_->collectives_broken && !impl_->comm_state->aborted.load()) {
+  if (impl_ && impl_->collectives_broken() && !impl_->comm_state->aborted.load()) {
     // A collective of the warm-up never completed: synchronising would wait for it forever.
     log().warn(
         "Pooler rank {}: destroyed without synchronizing: a collective of its warm-up never completed; abort "
@@ -450,7 +404,7 @@ void Pooler::warm_up() {
   POOLER_CU(cuCtxSynchronize(), fmt::format("Pooler rank {}: warm-up", s.rank));
   // No rank publishes before every rank has compiled: a consumer gives up after
   // the spin timeout, which a peer's compile could exceed.
-  s.barrier("warm-up");
+  s.collectives->barrier(fmt::format("Pooler rank {}: barrier (warm-up)", s.rank));
   std::map<std::pair<bool, NormKey>, int> first_of_kind;
   for (std::size_t i = 0; i < s.options.layers.size(); ++i) {
     first_of_kind.emplace(std::make_pair(s.options.layers[i].nvfp4(), norm_key(s.options.layers[i])),
@@ -465,7 +419,7 @@ void Pooler::warm_up() {
     }
   }
   // The nccl transport's all-gathers are collectives: waited for within the setup deadline.
-  s.wait_for_setup(fmt::format("Pooler rank {}: warm-up", s.rank), {&zeros, &s.shard, &s.gathered});
+  s.collectives->wait(fmt::format("Pooler rank {}: warm-up", s.rank), {&zeros, &s.shard, &s.gathered});
   s.check_usable();
   log().debug("Pooler rank {}: warmed up {} form(s) over {} batch(es)", s.rank, first_of_kind.size(), batches.size());
 }

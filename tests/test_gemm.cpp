@@ -22,6 +22,8 @@
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/pooler_forms.hpp"
+#include "runtime/tuning/consumer_rules.hpp"
+#include "runtime/tuning/gemm_rule.hpp"
 #include "support/process.hpp"
 #include "support/refusal.hpp"
 
@@ -409,56 +411,102 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOnChipOrReduceAsyncWhereChosen)
 }
 
 TEST(GemmShapeRule, RingCanBeForcedOnOrOff) {
-  struct Restore {
-    ~Restore() { unsetenv("POOLER_GEMM_RING"); }
-  } restore;
-  setenv("POOLER_GEMM_RING", "off", 1);
-  EXPECT_EQ(choose_gemm_shape(2048, kHidden, 8).stages, 0);
-  setenv("POOLER_GEMM_RING", "on", 1);
-  EXPECT_GT(choose_gemm_shape(512, kHidden, 8).stages, 0);
-  setenv("POOLER_GEMM_RING", "sometimes", 1);
-  testing::expect_refused([] { choose_gemm_shape(2048, kHidden, 8); }, "POOLER_GEMM_RING = \"sometimes\"");
+  TuningOverrides o;
+  o.gemm_ring = Switch::off;
+  EXPECT_EQ(choose_gemm_shape(2048, kHidden, 8, o).stages, 0);
+  o.gemm_ring = Switch::on;
+  EXPECT_GT(choose_gemm_shape(512, kHidden, 8, o).stages, 0);
+  EXPECT_EQ(choose_gemm_shape(512, kHidden, 8).stages, 0) << "the rule: no ring at N = 512";
 }
 
 TEST(GemmShapeRule, AsyncReductionCanBeForcedOnOrOff) {
-  struct Restore {
-    ~Restore() { unsetenv("POOLER_GEMM_ASYNC_REDUCE"); }
-  } restore;
-  setenv("POOLER_GEMM_ASYNC_REDUCE", "off", 1);
-  for (int n : {512, 1024, 4096}) EXPECT_FALSE(choose_gemm_shape(n, kHidden, 4).async_reduce) << "N " << n;
-  setenv("POOLER_GEMM_ASYNC_REDUCE", "on", 1);
-  EXPECT_TRUE(choose_gemm_shape(1024, kHidden, 16).async_reduce) << "beyond the rule's 8 rows";
-  EXPECT_FALSE(choose_gemm_shape(2048, kHidden, 8).async_reduce) << "not with a ring";
+  TuningOverrides o;
+  o.gemm_async_reduce = Switch::off;
+  for (int n : {512, 1024, 4096}) EXPECT_FALSE(choose_gemm_shape(n, kHidden, 4, o).async_reduce) << "N " << n;
+  o.gemm_async_reduce = Switch::on;
+  EXPECT_TRUE(choose_gemm_shape(1024, kHidden, 16, o).async_reduce) << "beyond the rule's 8 rows";
+  EXPECT_FALSE(choose_gemm_shape(1024, kHidden, 16).async_reduce) << "the rule";
+  EXPECT_FALSE(choose_gemm_shape(2048, kHidden, 8, o).async_reduce) << "not with a ring";
   PoolerGemmShape one_cta = choose_register_gemm_shape(512, 256, 1);
   ASSERT_EQ(one_cta.split_k, 1) << "K = 256 needs no cluster";
-  EXPECT_FALSE(choose_gemm_shape(512, 256, 1).async_reduce) << "not without a cluster";
-  setenv("POOLER_GEMM_ASYNC_REDUCE", "yes", 1);
-  testing::expect_refused([] { choose_gemm_shape(512, kHidden, 8); }, "POOLER_GEMM_ASYNC_REDUCE = \"yes\"");
+  EXPECT_FALSE(choose_gemm_shape(512, 256, 1, o).async_reduce) << "not without a cluster";
 }
 
 TEST(GemmShapeRule, OnChipCanBeForcedOnOrOff) {
-  struct Restore {
-    ~Restore() {
-      unsetenv("POOLER_GEMM_ON_CHIP");
-      unsetenv("POOLER_GEMM_RING");
-    }
-  } restore;
-  setenv("POOLER_GEMM_ON_CHIP", "off", 1);
+  TuningOverrides o;
+  o.gemm_on_chip = Switch::off;
   for (int rows : {1, 8, 16}) {
-    EXPECT_FALSE(choose_gemm_shape(512, kHidden, rows).w_on_chip);
-    EXPECT_EQ(choose_gemm_shape(1024, kHidden, rows), choose_streaming_gemm_shape(1024, kHidden, rows));
+    EXPECT_FALSE(choose_gemm_shape(512, kHidden, rows, o).w_on_chip);
+    EXPECT_EQ(choose_gemm_shape(1024, kHidden, rows, o), choose_streaming_gemm_shape(1024, kHidden, rows));
   }
-  setenv("POOLER_GEMM_ON_CHIP", "on", 1);
-  EXPECT_TRUE(choose_gemm_shape(48, 256, 3).w_on_chip) << "wherever it fits, whatever the grid";
-  EXPECT_FALSE(choose_gemm_shape(2048, kHidden, 8).w_on_chip) << "256 KiB of w per CTA does not fit";
-  EXPECT_GT(choose_gemm_shape(2048, kHidden, 8).stages, 0) << "the ring where w does not fit on chip";
-  unsetenv("POOLER_GEMM_ON_CHIP");
+  o.gemm_on_chip = Switch::on;
+  EXPECT_TRUE(choose_gemm_shape(48, 256, 3, o).w_on_chip) << "wherever it fits, whatever the grid";
+  EXPECT_FALSE(choose_gemm_shape(48, 256, 3).w_on_chip) << "the rule";
+  EXPECT_FALSE(choose_gemm_shape(2048, kHidden, 8, o).w_on_chip) << "256 KiB of w per CTA does not fit";
+  EXPECT_GT(choose_gemm_shape(2048, kHidden, 8, o).stages, 0) << "the ring where w does not fit on chip";
   // A ring forced on wins over the rule's on-chip choice (RingCanBeForcedOnOrOff).
-  setenv("POOLER_GEMM_RING", "on", 1);
-  EXPECT_FALSE(choose_gemm_shape(1024, kHidden, 1).w_on_chip);
-  unsetenv("POOLER_GEMM_RING");
-  setenv("POOLER_GEMM_ON_CHIP", "always", 1);
-  testing::expect_refused([] { choose_gemm_shape(512, kHidden, 8); }, "POOLER_GEMM_ON_CHIP = \"always\"");
+  TuningOverrides ring;
+  ring.gemm_ring = Switch::on;
+  EXPECT_TRUE(choose_gemm_shape(1024, kHidden, 1).w_on_chip);
+  EXPECT_FALSE(choose_gemm_shape(1024, kHidden, 1, ring).w_on_chip);
+}
+
+// The environment is read in one place, overrides_from_environment (a Pooler's construction);
+// the rules take its values.
+TEST(TuningOverrides, AreReadFromTheEnvironmentOnceNamingABadValue) {
+  const char* names[] = {"POOLER_GEMM_RING", "POOLER_GEMM_ON_CHIP", "POOLER_GEMM_ASYNC_REDUCE",
+                         "POOLER_CONSUMER_ROW_CTAS", "POOLER_CONSUMER_TRIGGER"};
+  struct Restore {
+    const char* const* names;
+    ~Restore() {
+      for (int i = 0; i < kOverrideVariables; ++i) unsetenv(names[i]);
+    }
+  } restore{names};
+  for (const char* name : names) unsetenv(name);
+  EXPECT_EQ(overrides_from_environment(), TuningOverrides{});
+  EXPECT_EQ(describe(TuningOverrides{}), "none");
+  setenv("POOLER_GEMM_RING", "off", 1);
+  setenv("POOLER_GEMM_ON_CHIP", "on", 1);
+  setenv("POOLER_GEMM_ASYNC_REDUCE", "", 1);  // empty: unset
+  setenv("POOLER_CONSUMER_ROW_CTAS", "4", 1);
+  setenv("POOLER_CONSUMER_TRIGGER", "polling_early", 1);
+  TuningOverrides expected;
+  expected.gemm_ring = Switch::off;
+  expected.gemm_on_chip = Switch::on;
+  expected.consumer_row_ctas = 4;
+  expected.consumer_trigger = ConsumerTrigger::polling_early;
+  const TuningOverrides read = overrides_from_environment();
+  EXPECT_EQ(read, expected);
+  EXPECT_EQ(
+      describe(read),
+      "POOLER_GEMM_RING=off POOLER_GEMM_ON_CHIP=on POOLER_CONSUMER_ROW_CTAS=4 POOLER_CONSUMER_TRIGGER=polling_early");
+  const OverrideCodes codes = override_codes(read);
+  EXPECT_EQ(describe_override(codes, 2), "POOLER_GEMM_ASYNC_REDUCE unset");
+  EXPECT_EQ(describe_override(codes, 4), "POOLER_CONSUMER_TRIGGER=polling_early");
+  // The names to_string gives are the values the trigger override takes.
+  for (ConsumerTrigger trigger : kAllConsumerTriggers) {
+    setenv("POOLER_CONSUMER_TRIGGER", to_string(trigger), 1);
+    EXPECT_EQ(overrides_from_environment().consumer_trigger, trigger) << to_string(trigger);
+  }
+  setenv("POOLER_CONSUMER_ROW_CTAS", "auto", 1);
+  EXPECT_EQ(overrides_from_environment().consumer_row_ctas, 0);
+  const std::pair<const char*, const char*> bad[] = {{"POOLER_GEMM_RING", "sometimes"},
+                                                     {"POOLER_GEMM_ASYNC_REDUCE", "yes"},
+                                                     {"POOLER_GEMM_ON_CHIP", "always"},
+                                                     {"POOLER_CONSUMER_ROW_CTAS", "3"},
+                                                     {"POOLER_CONSUMER_TRIGGER", "early"}};
+  const char* choices[] = {"on, off or unset", "on, off or unset", "on, off or unset", "auto, 1, 2, 4, 8 or unset",
+                           "after_wait, before_wait, polling, polling_early or unset"};
+  for (std::size_t i = 0; i < std::size(bad); ++i) {
+    const std::string old = std::getenv(bad[i].first) != nullptr ? std::getenv(bad[i].first) : "";
+    setenv(bad[i].first, bad[i].second, 1);
+    testing::expect_mentions(testing::rejection([] { overrides_from_environment(); }),
+                             {fmt::format("{} = \"{}\"", bad[i].first, bad[i].second), choices[i]});
+    setenv(bad[i].first, old.c_str(), 1);
+  }
+  TuningOverrides cpp_only;
+  cpp_only.fuse_publish = false;
+  EXPECT_EQ(describe(cpp_only), "fuse_publish=false");
 }
 
 TEST(PoolerForms, PublishingGemmsTriggerInTheirPrologueOnlyWithWOnChipAtOneRow) {
@@ -488,10 +536,10 @@ TEST(PoolerForms, PublishingGemmsTriggerInTheirPrologueOnlyWithWOnChipAtOneRow) 
       const ConsumerTrigger expected = early                  ? ConsumerTrigger::before_wait
                                        : rows <= kPollingRows ? polling
                                                               : ConsumerTrigger::after_wait;
-      EXPECT_EQ(consumer_trigger(publishing), expected);
+      EXPECT_EQ(consumer_trigger(publishing, {}), expected);
       // After the plain GEMM (then the publish kernel, or an engine's kernel) nothing polls early.
       if (all_of_w) {
-        EXPECT_EQ(consumer_trigger(plan), ConsumerTrigger::before_wait);
+        EXPECT_EQ(consumer_trigger(plan, {}), ConsumerTrigger::before_wait);
       }
     }
   }
@@ -506,7 +554,7 @@ TEST(PoolerForms, ConsumersPollOnlyAfterAGemmThatTriggersAfterItsWait) {
       const GemmPlan plan = choose_gemm_plan(n, kHidden, rows);
       const GemmPlan publishing = plan.publishing(GemmPublish{4096 / n, kCapacity});
       for (const GemmPlan* p : {&plan, &publishing}) {
-        if (polls(consumer_trigger(*p))) {
+        if (polls(consumer_trigger(*p, {}))) {
           EXPECT_FALSE(p->triggers_in_prologue()) << "N " << n << ", rows " << rows;
           EXPECT_NE(p->form().describe_constants().find("TRIGGER_IN_PROLOGUE=0"), std::string::npos);
         }
@@ -517,41 +565,40 @@ TEST(PoolerForms, ConsumersPollOnlyAfterAGemmThatTriggersAfterItsWait) {
 }
 
 TEST(PoolerForms, ConsumerTriggerCanBeForced) {
-  struct Restore {
-    ~Restore() { unsetenv("POOLER_CONSUMER_TRIGGER"); }
-  } restore;
+  const TuningOverrides rule;
   const GemmPlan on_chip = choose_gemm_plan(1024, kHidden, 1);
   const GemmPlan streaming = choose_gemm_plan(1024, kHidden, 8);
   ASSERT_TRUE(on_chip.shape().w_on_chip);
   const GemmPlan many = choose_gemm_plan(1024, kHidden, 16);
-  EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::before_wait);
-  EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::polling_early);
-  EXPECT_EQ(consumer_trigger(many), ConsumerTrigger::after_wait);
-  EXPECT_EQ(consumer_trigger(choose_gemm_plan(2048, kHidden, 8)), ConsumerTrigger::polling);
-  setenv("POOLER_CONSUMER_TRIGGER", "after_wait", 1);
-  EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::after_wait);
-  EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::after_wait);
-  setenv("POOLER_CONSUMER_TRIGGER", "before_wait", 1);
-  EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::before_wait);
+  EXPECT_EQ(consumer_trigger(on_chip, rule), ConsumerTrigger::before_wait);
+  EXPECT_EQ(consumer_trigger(streaming, rule), ConsumerTrigger::polling_early);
+  EXPECT_EQ(consumer_trigger(many, rule), ConsumerTrigger::after_wait);
+  EXPECT_EQ(consumer_trigger(choose_gemm_plan(2048, kHidden, 8), rule), ConsumerTrigger::polling);
+  auto forced = [](ConsumerTrigger trigger) {
+    TuningOverrides o;
+    o.consumer_trigger = trigger;
+    return o;
+  };
+  EXPECT_EQ(consumer_trigger(on_chip, forced(ConsumerTrigger::after_wait)), ConsumerTrigger::after_wait);
+  EXPECT_EQ(consumer_trigger(streaming, forced(ConsumerTrigger::after_wait)), ConsumerTrigger::after_wait);
+  EXPECT_EQ(consumer_trigger(streaming, forced(ConsumerTrigger::before_wait)), ConsumerTrigger::before_wait);
   // Polling at every b whose GEMM triggers after its wait, never where it triggers in its prologue.
-  setenv("POOLER_CONSUMER_TRIGGER", "polling", 1);
-  EXPECT_EQ(consumer_trigger(many), ConsumerTrigger::polling);
-  EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::before_wait);
-  EXPECT_EQ(consumer_trigger(choose_gemm_plan(512, kHidden, 8)), ConsumerTrigger::before_wait);
-  EXPECT_EQ(consumer_trigger(streaming), ConsumerTrigger::polling);
-  setenv("POOLER_CONSUMER_TRIGGER", "polling_early", 1);
-  EXPECT_EQ(consumer_trigger(many), ConsumerTrigger::polling_early);
-  EXPECT_EQ(consumer_trigger(choose_gemm_plan(2048, kHidden, 8)), ConsumerTrigger::polling_early);
-  EXPECT_EQ(consumer_trigger(on_chip), ConsumerTrigger::before_wait);
-  // The names to_string gives are the values the override takes.
+  const TuningOverrides polling = forced(ConsumerTrigger::polling);
+  EXPECT_EQ(consumer_trigger(many, polling), ConsumerTrigger::polling);
+  EXPECT_EQ(consumer_trigger(on_chip, polling), ConsumerTrigger::before_wait);
+  EXPECT_EQ(consumer_trigger(choose_gemm_plan(512, kHidden, 8), polling), ConsumerTrigger::before_wait);
+  EXPECT_EQ(consumer_trigger(streaming, polling), ConsumerTrigger::polling);
+  const TuningOverrides early = forced(ConsumerTrigger::polling_early);
+  EXPECT_EQ(consumer_trigger(many, early), ConsumerTrigger::polling_early);
+  EXPECT_EQ(consumer_trigger(choose_gemm_plan(2048, kHidden, 8), early), ConsumerTrigger::polling_early);
+  EXPECT_EQ(consumer_trigger(on_chip, early), ConsumerTrigger::before_wait);
   for (ConsumerTrigger trigger : kAllConsumerTriggers) {
-    setenv("POOLER_CONSUMER_TRIGGER", to_string(trigger), 1);
-    EXPECT_EQ(consumer_trigger(many), trigger) << to_string(trigger);
+    EXPECT_EQ(consumer_trigger(many, forced(trigger)), trigger) << to_string(trigger);
   }
-  setenv("POOLER_CONSUMER_TRIGGER", "early", 1);
-  testing::expect_mentions(
-      testing::rejection([&] { consumer_trigger(streaming); }),
-      {"POOLER_CONSUMER_TRIGGER = \"early\"", "before_wait, after_wait, polling, polling_early or unset"});
+  // The GEMM rule's overrides reach the polling trigger: a ring forced off at N = 2048 polls early.
+  TuningOverrides no_ring;
+  no_ring.gemm_ring = Switch::off;
+  EXPECT_EQ(consumer_trigger(choose_gemm_plan(2048, kHidden, 8, no_ring), no_ring), ConsumerTrigger::polling_early);
 }
 
 TEST(PoolerForms, ConsumerRowsSpreadOverFourCtasAtMostAndOnlyForFewRows) {
@@ -572,8 +619,8 @@ TEST(PoolerForms, ConsumerRowsSpreadOverFourCtasAtMostAndOnlyForFewRows) {
   // b <= 4; not TP4's or TP8's.
   for (int n : {512, 1024, 2048, 4096}) {
     EXPECT_EQ(ring_at_few_rows(n, kHidden), n >= 2048) << "N " << n;
-    EXPECT_EQ(consumer_row_split(n, kHidden).beside_ring, n >= 2048) << "N " << n;
-    EXPECT_EQ(consumer_row_split(n, kHidden).ctas, 0) << "the rule, unless forced";
+    EXPECT_EQ(consumer_row_split(n, kHidden, {}).beside_ring, n >= 2048) << "N " << n;
+    EXPECT_EQ(consumer_row_split(n, kHidden, {}).ctas, 0) << "the rule, unless forced";
   }
   for (int bad : {-1, 3, 16}) {
     testing::expect_mentions(testing::rejection([&] { consumer_row_ctas(RowSplit{bad}, 1); }),
@@ -582,19 +629,14 @@ TEST(PoolerForms, ConsumerRowsSpreadOverFourCtasAtMostAndOnlyForFewRows) {
 }
 
 TEST(PoolerForms, ConsumerRowSplitCanBeForced) {
-  struct Restore {
-    ~Restore() { unsetenv("POOLER_CONSUMER_ROW_CTAS"); }
-  } restore;
-  unsetenv("POOLER_CONSUMER_ROW_CTAS");
-  EXPECT_EQ(row_split_from_env(RowSplit{2}).ctas, 2) << "unset: the fallback";
-  setenv("POOLER_CONSUMER_ROW_CTAS", "auto", 1);
-  EXPECT_EQ(row_split_from_env().ctas, 0);
-  setenv("POOLER_CONSUMER_ROW_CTAS", "4", 1);
-  EXPECT_EQ(row_split_from_env().ctas, 4);
-  EXPECT_EQ(consumer_row_split(512, kHidden).ctas, 4) << "the Pooler's split follows the override";
-  setenv("POOLER_CONSUMER_ROW_CTAS", "3", 1);
-  testing::expect_mentions(testing::rejection([&] { row_split_from_env(); }),
-                           {"POOLER_CONSUMER_ROW_CTAS = \"3\"", "auto, 1, 2, 4, 8 or unset"});
+  TuningOverrides o;
+  EXPECT_EQ(consumer_row_split(512, kHidden, o).ctas, 0) << "the rule";
+  o.consumer_row_ctas = 4;
+  EXPECT_EQ(consumer_row_split(512, kHidden, o).ctas, 4) << "the Pooler's split follows the override";
+  EXPECT_EQ(consumer_row_split(2048, kHidden, o).ctas, 4);
+  TuningOverrides no_ring;
+  no_ring.gemm_ring = Switch::off;
+  EXPECT_FALSE(consumer_row_split(2048, kHidden, no_ring).beside_ring) << "the GEMM rule's overrides reach it";
 }
 
 TEST(GemmShapeRule, OnChipShapesKeepTheRegisterSumsOrFitTwoPerSm) {

@@ -34,6 +34,7 @@
 #include "runtime/gemm/gemm_trace.hpp"
 #include "runtime/jit/kernel_cache.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
+#include "runtime/tuning/gemm_rule.hpp"
 #include "support/gpu.hpp"
 #include "support/process.hpp"
 #include "tools/harness/graph.hpp"

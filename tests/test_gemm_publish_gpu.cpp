@@ -50,6 +50,7 @@
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/pooler_forms.hpp"
+#include "runtime/tuning/gemm_rule.hpp"
 #include "support/device_io.hpp"
 #include "support/loopback.hpp"
 #include "support/refusal.hpp"

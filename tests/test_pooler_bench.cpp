@@ -17,6 +17,7 @@
 
 #include "runtime/jit/cubin_elf.hpp"
 #include "runtime/jit/kernel_cache.hpp"
+#include "runtime/pooler_config.hpp"
 #include "runtime/pooler_forms.hpp"
 #include "support/process.hpp"
 #include "tools/bench_forms.hpp"
@@ -118,12 +119,14 @@ TEST(PoolerBench, WithoutAGpuCompilesEveryFormAndPrintsTheKernelTable) {
   // What it should have compiled: the Pooler's forms at TP2 for b = 8, of both
   // transports (--transport both, the default), with the stock forms, and the
   // benchmark's own.
-  PoolerConfig config;
-  config.gathered = true;
-  config.tp = 2;
-  config.batches = {8};
-  config.nvfp4_norms = {NormConstants{}};
-  config.edge_norms = {NormConstants{}};
+  // The same options -> configuration function as the benchmark and the Pooler (pooler_config), at
+  // the benchmark's defaults: H 8192, P 4096, capacity 32, NVFP4 and edge layers of one norm.
+  PoolerOptions options;
+  options.batches = {8};
+  PoolerLayer nvfp4;
+  nvfp4.global_scale = TensorView{};
+  options.layers = {nvfp4, PoolerLayer{}};
+  PoolerConfig config = pooler_config(options, 2, TuningOverrides{}, Transport::automatic);
   config.stock = true;
   std::vector<Form> forms = pooler_forms(config).forms;
   forms.push_back(bench::stock_glue_form(4096, 2));

@@ -161,7 +161,9 @@ struct ModelSpec {
   float gain_center = 1.0f;
   std::chrono::nanoseconds spin_timeout = std::chrono::seconds(5);
   bool pdl = true;
-  bool fuse_publish = true;
+  // The comparison overrides the Pooler gets: the environment's, read once (the ctest entries
+  // that force POOLER_CONSUMER_TRIGGER: tests/CMakeLists.txt), and fuse_publish set by the scenarios.
+  TuningOverrides overrides = overrides_from_environment();
   Transport transport = Transport::automatic;
 
   int set_of(int layer) const { return layer % sets; }
@@ -309,7 +311,6 @@ PoolerOptions options_for(const DeviceModel& model, const ModelSpec& spec, int t
   options.batches = spec.batches;
   options.capacity = spec.capacity;
   options.enable_pdl = spec.pdl;
-  options.fuse_publish = spec.fuse_publish;
   options.transport = spec.transport;
   options.spin_timeout = spec.spin_timeout;
   options.hidden = kHidden;
@@ -404,7 +405,7 @@ class Harness {
       slots_.push_back(Slot{DeviceBuffer(sz(spec.capacity) * sz(width_) * 2), DeviceBuffer(out_bytes())});
     }
     env_.at("constructing the Pooler");
-    pooler_.emplace(env.comm, std::move(options));
+    pooler_.emplace(env.comm, std::move(options), spec.overrides);
     if (pooler_->rank() != env.rank || pooler_->tp() != env.tp || pooler_->device() != env.rank) {
       env_.problem(fmt::format("the Pooler says rank {} of {} on GPU {}; expected rank {} of {} on GPU {}",
                                pooler_->rank(), pooler_->tp(), pooler_->device(), env.rank, env.tp, env.rank));
@@ -867,12 +868,11 @@ void every_layer_at_every_batch(const RankEnv& env, Harness& harness, const Mode
 // after-wait form, and the polling form where some batch polls (b <= kPollingRows by the rule, every
 // b with POOLER_CONSUMER_TRIGGER=polling or polling_early), or the before-wait form with
 // POOLER_CONSUMER_TRIGGER=before_wait (ctest entries run the one-rank scenario so: tests/CMakeLists.txt).
-std::size_t consumer_forms_each(const std::vector<int>& batches) {
-  const char* env = std::getenv("POOLER_CONSUMER_TRIGGER");
-  const std::string mode = env != nullptr ? env : "";
-  if (mode == "before_wait" || mode == "polling" || mode == "polling_early") return 2;
-  if (mode == "after_wait") return 1;
-  return std::any_of(batches.begin(), batches.end(), [](int b) { return b <= kPollingRows; }) ? 2 : 1;
+std::size_t consumer_forms_each(const ModelSpec& spec) {
+  if (const std::optional<ConsumerTrigger> forced = spec.overrides.consumer_trigger) {
+    return *forced == ConsumerTrigger::after_wait ? 1 : 2;
+  }
+  return std::any_of(spec.batches.begin(), spec.batches.end(), [](int b) { return b <= kPollingRows; }) ? 2 : 1;
 }
 
 // Every layer at every compiled b, PDL on and off; with PDL on the shards are also
@@ -888,7 +888,7 @@ void every_form(const RankEnv& env) {
     const bool fuse = v.fuse;
     ModelSpec spec = base;
     spec.pdl = pdl;
-    spec.fuse_publish = fuse;
+    spec.overrides.fuse_publish = fuse;
     const std::string what =
         fmt::format("every form, PDL {}, publish {}", pdl ? "on" : "off", fuse ? "in the GEMM" : "as a kernel");
     Harness harness(env, model, spec);
@@ -897,7 +897,7 @@ void every_form(const RankEnv& env) {
     // 1e-5 and 0.25, one BF16 consumer (each also polling or triggering before its wait:
     // consumer_forms_each), the weight prefetch.
     const std::size_t expected_forms =
-        spec.batches.size() * (fuse ? 2 : 1) + 1 + (2 + 1) * consumer_forms_each(spec.batches) + 1;
+        spec.batches.size() * (fuse ? 2 : 1) + 1 + (2 + 1) * consumer_forms_each(spec) + 1;
     every_layer_at_every_batch(env, harness, spec, forms, expected_forms, env.seed ^ (pdl ? 0x1111ull : 0x2222ull),
                                what, pdl);
   }

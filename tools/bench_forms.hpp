@@ -16,6 +16,7 @@
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/jit/form.hpp"
 #include "runtime/pooler_forms.hpp"
+#include "runtime/tuning/gemm_rule.hpp"
 #include "tools/harness/stock_path.hpp"
 
 namespace pooler::bench {
@@ -83,10 +84,10 @@ struct WeightPath {
 // shape's CTAs, the same bits) and "on-chip-2" (two CTAs per SM, where that
 // differs).
 inline std::vector<WeightPath> weight_paths(int n, int k, int rows) {
-  std::vector<WeightPath> paths = {{"stream", choose_streaming_gemm_shape(n, k, rows)}};
-  const std::optional<PoolerGemmShape> on_chip = on_chip_gemm_shape(n, k, rows);
+  std::vector<WeightPath> paths = {{"stream", choose_streaming_gemm_shape(n, k, rows, overrides_from_environment())}};
+  const std::optional<PoolerGemmShape> on_chip = on_chip_gemm_shape(n, k, rows, false, overrides_from_environment());
   if (on_chip) paths.push_back({"on-chip", *on_chip});
-  const std::optional<PoolerGemmShape> two = on_chip_gemm_shape(n, k, rows, true);
+  const std::optional<PoolerGemmShape> two = on_chip_gemm_shape(n, k, rows, true, overrides_from_environment());
   if (two && !(on_chip && *two == *on_chip)) paths.push_back({"on-chip-2", *two});
   return paths;
 }

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "pooler/error.hpp"
+#include "runtime/pooler_config.hpp"
 
 namespace pooler::bench {
 
@@ -50,7 +51,7 @@ parallelism and batches:
   --no-pdl               programmatic dependent launch off, in both paths
   --separate-publish     the fused path publishes with a kernel of its own after
                          the GEMM instead of from the GEMM's epilogue
-                         (PoolerOptions::fuse_publish = false)
+                         (TuningOverrides::fuse_publish = false)
   --transport T          lamport, nccl or both (both): the Pooler transports
                          measured, side by side with the stock path ("fused" is
                          lamport's Pooler::run, "fused nccl" nccl's: ncclAllGather
@@ -309,21 +310,30 @@ Options parse_options(int argc, char** argv, bool& help) {
   return o;
 }
 
+TuningOverrides tuning_overrides(const Options& options) {
+  TuningOverrides overrides = overrides_from_environment();
+  overrides.fuse_publish = options.fuse_publish;
+  return overrides;
+}
+
 PoolerConfig pooler_config(const Options& options, int tp) {
-  PoolerConfig config;
-  config.hidden = options.hidden;
-  config.pooled = options.pooled;
-  config.tp = tp;
-  config.capacity = options.capacity;
-  config.batches = options.batches;
-  config.fuse_publish = options.fuse_publish;
+  // The layers' kinds and norms, in layer order, as the Pooler's options give them (no tensors:
+  // the configuration reads none).
+  PoolerOptions p;
+  p.hidden = options.hidden;
+  p.pooled = options.pooled;
+  p.capacity = options.capacity;
+  p.batches = options.batches;
+  for (int layer = 0; layer < options.layers; ++layer) {
+    PoolerLayer spec;
+    spec.eps = options.eps;
+    spec.gain_center = options.gain_center;
+    if (!options.edge(layer)) spec.global_scale = TensorView{};
+    p.layers.push_back(spec);
+  }
+  PoolerConfig config = ::pooler::pooler_config(p, tp, tuning_overrides(options), Transport::automatic);
   config.mailbox = options.lamport;
   config.gathered = options.nccl;
-  // One entry per layer, in layer order, as the Pooler builds its own list.
-  for (int layer = 0; layer < options.layers; ++layer) {
-    (options.edge(layer) ? config.edge_norms : config.nvfp4_norms)
-        .push_back(NormConstants{options.eps, options.gain_center});
-  }
   return config;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "runtime/pooler_forms.hpp"
+#include "runtime/tuning/overrides.hpp"
 
 namespace pooler::bench {
 
@@ -71,8 +72,13 @@ std::vector<std::string> child_arguments(int argc, char** argv, Phase phase, int
 
 const char* to_string(Phase phase);
 
+// The comparison overrides the benchmark's Poolers get: the environment's, read once here, and
+// --no-fuse-publish.
+TuningOverrides tuning_overrides(const Options& options);
+
 // The configuration the Pooler of one rank compiles for (the same forms, so the
-// same cache keys): what pooler_forms() lists for these options at `tp`.
+// same cache keys): runtime/pooler_config.hpp's for these options at `tp`, with the forms of
+// both transports where both are measured.
 PoolerConfig pooler_config(const Options& options, int tp);
 
 }  // namespace pooler::bench

@@ -107,7 +107,6 @@ PoolerOptions Rank::pooler_options(Transport transport) const {
   p.batches = o_.batches;
   p.capacity = o_.capacity;
   p.enable_pdl = o_.pdl;
-  p.fuse_publish = o_.fuse_publish;
   for (int layer = 0; layer < o_.layers; ++layer) {
     PoolerLayer spec;
     spec.weight = TensorView::matrix(weight(layer), DType::bf16, width_, o_.hidden);
@@ -126,7 +125,7 @@ void Rank::build_pooler() {
   // waiting for a peer that started its process later.
   barrier("lining the ranks up before the timed construction");
   const auto start = Clock::now();
-  pooler_.emplace(comm_->get(), std::move(options));
+  pooler_.emplace(comm_->get(), std::move(options), tuning_overrides(o_));
   const double ms = 1e3 * seconds_since(start);
   int compiled = 0, disk = 0, memory = 0;
   for (const std::string& line : pooler_->forms()) {
@@ -144,7 +143,7 @@ void Rank::build_pooler() {
             compiled, disk, memory);
   if (o_.lamport && o_.nccl) {
     const auto second = Clock::now();
-    nccl_pooler_.emplace(comm_->get(), pooler_options(Transport::nccl));
+    nccl_pooler_.emplace(comm_->get(), pooler_options(Transport::nccl), tuning_overrides(o_));
     progress_("construction of the nccl transport's Pooler: {:.1f} ms ({} forms)", 1e3 * seconds_since(second),
               nccl_pooler_->forms().size());
   }

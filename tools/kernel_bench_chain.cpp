@@ -56,6 +56,7 @@
 #include "runtime/jit/kernel.hpp"
 #include "runtime/jit/kernel_cache.hpp"
 #include "runtime/pooler_forms.hpp"
+#include "runtime/tuning/gemm_rule.hpp"
 #include "tools/bench_forms.hpp"
 #include "tools/harness/bench_json.hpp"
 #include "tools/harness/checks.hpp"
@@ -180,10 +181,11 @@ std::vector<Form> chain_forms(const ChainOptions& o) {
         forms.push_back(pooler_gemm_form(b, n, kHidden, path.shape, &publish));
       }
       if (!o.trace_dir.empty()) {
-        const PoolerGemmShape rule = choose_gemm_shape(n, kHidden, b);
+        const PoolerGemmShape rule = choose_gemm_shape(n, kHidden, b, overrides_from_environment());
         forms.push_back(pooler_gemm_form(b, n, kHidden, rule, &publish, true));
-        forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter,
-                                            consumer_trigger(GemmPlan(b, n, kHidden, rule, &publish)), true));
+        forms.push_back(nvfp4_consumer_form(
+            kPooled, tp, kCapacity, kEps, kGainCenter,
+            consumer_trigger(GemmPlan(b, n, kHidden, rule, &publish), overrides_from_environment()), true));
       }
     }
     forms.push_back(publish_form(kPooled, tp, kCapacity));
@@ -291,7 +293,7 @@ class ChainRig {
     publish_loaded_.emplace(*gpu.cache.get(publish_form(kPooled, tp, kCapacity), gpu.arch).entry, gpu.context);
     publisher_.emplace(*publish_loaded_, layout_, 0, peers_, state_.state());
     const MailboxBinding binding = state_.binding(mailbox_.get());
-    split_ = consumer_row_split(n_, kHidden);  // the Pooler's for this width
+    split_ = consumer_row_split(n_, kHidden, overrides_from_environment());  // the Pooler's for this width
     for (int t = 0; t < kConsumerTriggers; ++t) {
       const ConsumerTrigger trigger = kAllConsumerTriggers[t];
       const Form nvfp4 = nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger);
@@ -311,13 +313,13 @@ class ChainRig {
     row.b = b;
     row.n = n_;
     row.path = path.label;
-    row.rule = path.shape == choose_gemm_shape(n_, kHidden, b);
+    row.rule = path.shape == choose_gemm_shape(n_, kHidden, b, overrides_from_environment());
     const PoolerGemmShape& shape = path.shape;
     row.shape = describe(shape);
     // The consumers trigger as the Pooler's do after this GEMM shape's publishing form.
     const GemmPublish publish{tp_, kCapacity};
     const GemmPlan shape_plan(b, n_, kHidden, shape, &publish);
-    row.trigger = consumer_trigger(shape_plan);
+    row.trigger = consumer_trigger(shape_plan, overrides_from_environment());
     trigger_ = static_cast<int>(row.trigger);
     alt_ = -1;
     if (shape_plan.triggers_after_its_wait()) {
@@ -392,8 +394,9 @@ class ChainRig {
     const GemmPublish publish{tp_, kCapacity};
     const PoolerGemm gemm(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape, &publish, true), gpu_.arch).entry,
                           gpu_.context, b, n_, kHidden, shape, &publish, true);
-    const Form consumer_form = nvfp4_consumer_form(kPooled, tp_, kCapacity, kEps, kGainCenter,
-                                                   consumer_trigger(GemmPlan(b, n_, kHidden, shape, &publish)), true);
+    const Form consumer_form = nvfp4_consumer_form(
+        kPooled, tp_, kCapacity, kEps, kGainCenter,
+        consumer_trigger(GemmPlan(b, n_, kHidden, shape, &publish), overrides_from_environment()), true);
     const LoadedForm loaded(*gpu_.cache.get(consumer_form, gpu_.arch).entry, gpu_.context);
     const Nvfp4ConsumerLauncher consumer(loaded, layout_, 0, state_.binding(mailbox_.get()), kTimeoutNs, split_);
     const GemmTrace gemm_trace = gemm.trace();

@@ -71,7 +71,7 @@ class LoopbackRig {
         bf16_loaded_(*cache.get(rig_forms(tp)[2], arch).entry, context),
         loopback_(publish_loaded_, nvfp4_loaded_, bf16_loaded_,
                   MailboxLayout::make(kConsumerPooled, tp, kConsumerCapacity), stream, kConsumerTimeoutNs, 0,
-                  consumer_row_split(kConsumerPooled / tp, kConsumerHidden)),
+                  consumer_row_split(kConsumerPooled / tp, kConsumerHidden, overrides_from_environment())),
         shard_bytes_(sz(kConsumerCapacity) * sz(loopback_.layout().width()) * 2),
         shards_(shard_bytes_ * sz(tp)),
         gathered_(sz(kConsumerCapacity) * sz(kConsumerPooled) * 2),

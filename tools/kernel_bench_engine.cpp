@@ -54,6 +54,7 @@
 #include "runtime/jit/kernel.hpp"
 #include "runtime/jit/kernel_cache.hpp"
 #include "runtime/pooler_forms.hpp"
+#include "runtime/tuning/gemm_rule.hpp"
 #include "tools/bench_forms.hpp"
 #include "tools/harness/checks.hpp"
 #include "tools/harness/cublas_gemm.hpp"
@@ -276,15 +277,15 @@ class EngineRig {
     gemm(p.plain, plan.gemm_plans[0]);
     gemm(p.fused, plan.fused_plans[0]);
     p.fused_plan.emplace(plan.fused_plans[0]);
-    gemm(p.qkv, choose_gemm_plan(s_.qkv_n, o_.hidden, b));
-    gemm(p.o_proj, choose_gemm_plan(o_.hidden, s_.att_k, b));
+    gemm(p.qkv, choose_gemm_plan(s_.qkv_n, o_.hidden, b, overrides_from_environment()));
+    gemm(p.o_proj, choose_gemm_plan(o_.hidden, s_.att_k, b, overrides_from_environment()));
     p.trigger = plan.consumer_triggers[0];
     p.prefetch.emplace(loaded(plan.weight_prefetch), gpu_.info.multiprocessors);
     const LoadedForm& publish = loaded(plan.publish);
     const LoadedForm& nvfp4 = loaded(plan.consumer_form(false, p.trigger, 0));
     const LoadedForm& bf16 = loaded(plan.consumer_form(true, p.trigger, 0));
     p.mailbox.emplace(publish, nvfp4, bf16, layout_, gpu_.stream.get(), kTimeoutNs, 0,
-                      consumer_row_split(s_.pool_n, o_.hidden));
+                      consumer_row_split(s_.pool_n, o_.hidden, overrides_from_environment()));
     p.slots = slots(*p.mailbox);
     POOLER_CU(cuStreamSynchronize(gpu_.stream.get()), "setting up the loopback mailbox");
   }
@@ -402,7 +403,7 @@ class EngineRig {
     const LoadedForm bf16 =
         loaded(bf16_consumer_form(o_.pooled, tp_, kCapacity, norm.eps, norm.gain_center, p.trigger, true));
     const harness::LoopbackMailbox mailbox(publish, nvfp4, bf16, layout_, s, kTimeoutNs, 0,
-                                           consumer_row_split(s_.pool_n, o_.hidden));
+                                           consumer_row_split(s_.pool_n, o_.hidden, overrides_from_environment()));
     const FusedX traced{gemm, mailbox, slots(mailbox)};
     const GemmTrace gemm_trace = gemm.trace();
     const ConsumerTrace consumer_trace = pooler::consumer_trace(nvfp4, kCapacity);

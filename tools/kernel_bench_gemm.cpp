@@ -25,6 +25,7 @@
 
 #include "pooler/error.hpp"
 #include "runtime/gemm/pooler_gemm.hpp"
+#include "runtime/tuning/gemm_rule.hpp"
 #include "runtime/jit/kernel.hpp"
 #include "tools/bench_forms.hpp"
 #include "tools/harness/cublas_gemm.hpp"
@@ -50,7 +51,7 @@ const std::vector<ReadConfig> kChainedReadConfigs = {{256, 16, 1}, {256, 8, 2}, 
 // stages that leave two CTAs per SM (110 KiB) and the most that fit one.
 std::vector<PoolerGemmShape> sweep_shapes(int n, int k, int rows) {
   std::vector<PoolerGemmShape> out;
-  const PoolerGemmShape chosen = choose_gemm_shape(n, k, rows);
+  const PoolerGemmShape chosen = choose_gemm_shape(n, k, rows, overrides_from_environment());
   auto add = [&](const PoolerGemmShape& s) {
     try {
       validate_gemm_shape(rows, n, k, s);
@@ -145,7 +146,7 @@ class GemmSection final : public Section {
     for (int n : o_.widths) {
       const Width width = prepare_width(setup, n);
       for (int b : o_.batches) {
-        const PoolerGemmShape rule = choose_gemm_shape(n, o_.k, b);
+        const PoolerGemmShape rule = choose_gemm_shape(n, o_.k, b, overrides_from_environment());
         double cublas_us = -1;  // timed once per (b, N); every path compared with it
         for (const WeightPath& path : weight_paths(n, o_.k, b)) {
           rows_.push_back(measure_row(setup, width, b, path, path.shape == rule, cublas_us));

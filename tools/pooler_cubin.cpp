@@ -451,6 +451,7 @@ int build(const CacheLocation& location, const BuildRequest& request) {
 // The flags of `build` into `request`; kUsage (said on stderr) for a bad one.
 int parse_build(const std::vector<std::string>& args, BuildRequest& request) {
   request.config.batches = {1, 2, 4, 8, 16};
+  request.config.overrides = overrides_from_environment();  // what a Pooler started here would compile
   request.config.nvfp4_norms = {NormConstants{}};
   request.config.edge_norms = {NormConstants{}};
   bool norms_given = false, edges_given = false;

@@ -447,7 +447,8 @@ typedef struct pooler_gemm_shape {
   { sizeof(pooler_gemm_shape), POOLER_GEMM_SHAPE_MAGIC, POOLER_ABI_VERSION, 256, 64, 8, 8, 2, 2, 0, 0, 0 }
 
 /* The shape the Pooler would choose for c [rows, n] = a [rows, k] @ b [n, k].T, into
- * `shape` (whose header the caller set). POOLER_INVALID_ARGUMENT when none fits. Needs
+ * `shape` (whose header the caller set), with the environment's comparison overrides
+ * (docs/RUNTIME.md). POOLER_INVALID_ARGUMENT when none fits or an override is bad. Needs
  * no GPU. */
 POOLER_C_API pooler_status pooler_choose_gemm_shape(int rows, int n, int k, pooler_gemm_shape* shape);
 

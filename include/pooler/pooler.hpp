@@ -26,6 +26,8 @@
 
 namespace pooler {
 
+struct TuningOverrides;  // runtime/tuning/overrides.hpp (pooler's own tests and benchmarks)
+
 enum class DType { bf16, f32, u8, e4m3 };
 POOLER_API const char* to_string(DType dtype);
 POOLER_API int element_bytes(DType dtype);
@@ -76,6 +78,9 @@ enum class Transport {
 };
 POOLER_API const char* to_string(Transport transport);  // "auto", "lamport", "nccl"
 
+// What an engine sets: the C ABI's pooler_options. The comparison overrides (the POOLER_GEMM_* and
+// POOLER_CONSUMER_* variables, a fixed GEMM shape, no fused publish: docs/RUNTIME.md) are not
+// options: a Pooler reads them from the environment once, at construction.
 struct POOLER_API PoolerOptions {
   std::vector<PoolerLayer> layers;
   std::vector<int> batches = {8};  // the b of run(); each gets a GEMM form
@@ -84,8 +89,6 @@ struct POOLER_API PoolerOptions {
   std::chrono::nanoseconds spin_timeout = std::chrono::seconds(10);  // how long a consumer waits for a peer
   int hidden = 8192;                                                 // H: the GEMM's K (Muse Spark)
   int pooled = 4096;                                                 // P: the pooled width (Muse Spark)
-  std::optional<PoolerGemmShape> gemm_shape;                         // default: choose_gemm_shape per batch
-  bool fuse_publish = true;                    // run(): the GEMM's epilogue publishes (no publish kernel)
   Transport transport = Transport::automatic;  // Pooler::transport() says which one construction took
   bool allow_nvls = false;  // true: accept a process where NCCL may use NVLink multicast (NCCL_NVLS_ENABLE not 0) for
                             // its own collectives; pooler itself never creates a multicast object. false (default):
@@ -118,7 +121,12 @@ class POOLER_API Pooler {
   // a thread each). The current CUDA context must be the primary context of the
   // communicator's GPU or none. Every rank must pass the same configuration
   // (a mismatch raises on every rank). `comm` stays the caller's.
+  // The comparison overrides are read from the environment here, once (docs/RUNTIME.md,
+  // "Comparison overrides"), and are part of the configuration every rank must share.
   Pooler(ncclComm_t comm, PoolerOptions options);
+  // The same with the overrides given instead of read from the environment: for pooler's own
+  // tests and benchmarks (runtime/tuning/overrides.hpp; not part of the installed API).
+  Pooler(ncclComm_t comm, PoolerOptions options, const TuningOverrides& overrides);
   ~Pooler();  // collective: every rank must destroy its Pooler
   Pooler(const Pooler&) = delete;
   Pooler& operator=(const Pooler&) = delete;
@@ -203,6 +211,8 @@ class POOLER_API Pooler {
 
  private:
   struct Impl;
+  // Both constructors: `overrides` null reads them from the environment.
+  void construct(ncclComm_t comm, PoolerOptions options, const TuningOverrides* overrides);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -2,10 +2,7 @@
 
 #include <fmt/format.h>
 
-#include <string>
-
 #include "pooler/error.hpp"
-#include "runtime/jit/env.hpp"
 
 namespace pooler {
 
@@ -21,12 +18,6 @@ int consumer_row_ctas(const RowSplit& split, int b) {
   while (ctas > 1 && static_cast<long long>(b) * ctas > kRowSplitCtas) ctas /= 2;
   if (ctas == 1 && !split.beside_ring && 2LL * b <= kRowSplitCtasWithoutRing) ctas = 2;
   return ctas;
-}
-
-RowSplit row_split_from_env(RowSplit fallback) {
-  const std::string value = env_choice("POOLER_CONSUMER_ROW_CTAS", {"auto", "1", "2", "4", "8"});
-  if (value.empty() || value == "auto") return fallback;
-  return RowSplit{std::stoi(value)};
 }
 
 }  // namespace pooler

@@ -16,7 +16,8 @@ struct RowSplit {
   int ctas = 0;  // 0: the rule (consumer_row_ctas); else 1, 2, 4 or 8
   // Whether the layers' GEMM streams w through a shared-memory ring at some b <= 8 (the rule's
   // GEMM at the TP1 and TP2 widths): its CTAs fill the SMs, so the rule keeps the consumers to
-  // fewer CTAs (ring_at_few_rows in runtime/pooler_forms.hpp).
+  // fewer CTAs (ring_at_few_rows in runtime/tuning/consumer_rules.hpp, which also picks the
+  // split of a width: consumer_row_split).
   bool beside_ring = true;
 };
 
@@ -30,9 +31,5 @@ inline constexpr int kRuleRowCtas = 4;
 inline constexpr int kRowSplitCtas = 8;
 inline constexpr int kRowSplitCtasWithoutRing = 16;
 int consumer_row_ctas(const RowSplit& split, int b);
-
-// POOLER_CONSUMER_ROW_CTAS: "auto" (or unset: `fallback`), or 1, 2, 4, 8 (InvalidArgument
-// otherwise). For comparisons, as the other POOLER_ overrides.
-RowSplit row_split_from_env(RowSplit fallback = RowSplit{});
 
 }  // namespace pooler

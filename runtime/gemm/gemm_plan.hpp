@@ -1,6 +1,6 @@
 // A pooler GEMM problem and its shape, validated once (runtime/gemm/pooler_gemm.hpp
-// has the kernel, the rule and the launcher). Light on includes, so that the
-// list of a configuration's forms (runtime/pooler_forms.hpp) can hold plans.
+// has the kernel and the launcher; runtime/tuning/gemm_rule.hpp the rule that picks a shape). Light on includes, so
+// that the list of a configuration's forms (runtime/pooler_forms.hpp) can hold plans.
 #pragma once
 
 #include "pooler/gemm_shape.hpp"
@@ -63,7 +63,12 @@ class GemmPlan {
   int shared_bytes_ = 0;
 };
 
-// The rule's shape (choose_gemm_shape) as a plan, validated once.
-GemmPlan choose_gemm_plan(int n, int k, int rows);
+// The shape's geometry before validation, for the rule that searches shapes
+// (runtime/tuning/gemm_rule.hpp): one CTA's dynamic shared memory (as
+// pooler_gemm_shared_bytes, `publish` for the fused publish's reduction), and whether the
+// prologue issues every load of w a CTA makes (as the template's kAllOfWInPrologue: w on chip,
+// one unrolled round of registers, or a ring that holds the warp's whole K range).
+long long gemm_shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& shape, bool publish = false);
+bool gemm_prologue_holds_all_of_w(int rows, int k, const PoolerGemmShape& shape);
 
 }  // namespace pooler

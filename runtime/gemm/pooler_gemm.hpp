@@ -1,6 +1,6 @@
 // The pooler GEMM, c[rows, n] = x[rows, k] @ w[n, k].T (BF16 in and out, FP32
-// accumulation, one round-to-nearest-even at the end): its launch shape, the
-// rule that picks one, its compiled form and its launcher.
+// accumulation, one round-to-nearest-even at the end): its launch shape, its
+// compiled form and its launcher (the rule that picks a shape: runtime/tuning/gemm_rule.hpp).
 //
 // The kernel (kernel_templates/gemm/pooler_gemm.cu; docs/design/gemm.md) streams w from HBM into
 // tensor-core fragments, either straight through registers or through a
@@ -17,7 +17,6 @@
 
 #include <cuda.h>
 
-#include <optional>
 #include <string>
 
 #include "pooler/gemm_shape.hpp"
@@ -33,43 +32,6 @@ namespace pooler {
 inline constexpr int kMaxGemmSharedBytes = 232448;
 // Largest batch one form serves.
 inline constexpr int kMaxGemmRows = 32;
-
-// The launch shape for rows x k @ (n x k).T. The rule (see the definition for
-// the reasoning): 8 warps per CTA at N < 1024, 4 from N = 1024 on (docs/decisions/0001),
-// 16 loads of w in flight per lane, and as many warps over K as it takes to
-// reach 128 CTAs (one wave on 132 SMs) when n alone gives too few; two CTAs per
-// SM (128 registers) for rows <= 8 or a single unrolled round, else one. Then,
-// for N >= 2048 and rows <= 8 (docs/decisions/0003), a shared-memory
-// ring of at least 2 stages within 100 KiB per CTA; POOLER_GEMM_RING=off|on
-// overrides that choice (for comparisons). At N = 1024 with one row (TP4 at
-// K = 8192) instead the CTA's whole share of w in shared memory, two CTAs per
-// SM, loaded before the PDL wait (w_on_chip; docs/decisions/0014);
-// POOLER_GEMM_ON_CHIP=off|on overrides that (for comparisons; the same bits).
-// Last, async_reduce wherever there is a cluster and no ring, and rows <= 8 or
-// the prologue loads all of w (w on chip, or registers in one unrolled round:
-// N = 512 at K = 8192) (docs/decisions/0006, 0021); POOLER_GEMM_ASYNC_REDUCE=
-// off|on overrides that. Throws InvalidArgument when no shape fits (n not a
-// multiple of 16, k not a multiple of 32, rows outside [1, 32], too much
-// shared memory) or POOLER_GEMM_RING, POOLER_GEMM_ON_CHIP or
-// POOLER_GEMM_ASYNC_REDUCE is neither unset, on nor off.
-PoolerGemmShape choose_gemm_shape(int n, int k, int rows);
-
-// The rule without the on-chip path: w streamed through registers or a ring,
-// what choose_gemm_shape gives with POOLER_GEMM_ON_CHIP=off (for comparisons).
-PoolerGemmShape choose_streaming_gemm_shape(int n, int k, int rows);
-
-// The register shape with the CTA's whole share of w on chip (w_on_chip), and
-// the rule's reduction, or nullopt where that does not fit in shared memory.
-// Without two_per_sm the CTAs are the register shape's (same columns, split
-// and warps, so the same bits); with it, each CTA's columns are halved (warps
-// move from columns to K: other sums, other bits) until two CTAs share an SM,
-// so that the next launch's CTAs can start beside this one's (N = 1024 at
-// K = 8192: 256 CTAs of 64 KiB instead of 128 of 128 KiB). Both validated.
-std::optional<PoolerGemmShape> on_chip_gemm_shape(int n, int k, int rows, bool two_per_sm = false);
-
-// The rule without the ring (stages = 0): the shape choose_gemm_shape starts
-// from, and its answer wherever it gives no ring.
-PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows);
 
 // GemmPlan's validation alone.
 void validate_gemm_shape(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish = nullptr);

@@ -25,6 +25,7 @@
 #include "pooler/pooler.h"
 #include "pooler/pooler.hpp"
 #include "runtime/jit/device.hpp"
+#include "runtime/tuning/overrides.hpp"
 #include "support/refusal.hpp"
 
 namespace pooler {
@@ -151,6 +152,37 @@ TEST(FakeNccl, TwoRanksBuildWarmUpRunCheckAndRebuild) {
     EXPECT_EQ(errors[1], "");
     EXPECT_EQ(fake_nccl_pending(comms[0]), 0);
   }
+}
+
+// Ranks whose comparison overrides differ (here given as values; a Pooler built from the
+// environment reads the same struct once) fail together in the configuration vote, each naming the
+// variable and both values; a bad value in one rank's environment is voted on like a bad option.
+TEST(FakeNccl, RanksWithDifferentOverridesFailTogetherNamingTheVariable) {
+  set_setup_timeout("30");
+  const std::vector<ncclComm_t> comms = fake_nccl_world(2);
+  TuningOverrides ring;
+  ring.gemm_ring = Switch::on;
+  const TuningOverrides given[2] = {ring, TuningOverrides{}};
+  std::string errors[2];
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] { errors[r] = within_deadline([&] { Pooler pooler(comms[r], options(2), given[r]); }); });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  expect_mentions(errors[0], {"Pooler rank 0", "different comparison overrides",
+                              "rank 1 has POOLER_GEMM_RING unset where this rank has POOLER_GEMM_RING=on"});
+  expect_mentions(errors[1], {"Pooler rank 1", "different comparison overrides",
+                              "rank 0 has POOLER_GEMM_RING=on where this rank has POOLER_GEMM_RING unset"});
+  EXPECT_EQ(fake_nccl_pending(comms[0]), 0);
+
+  // The same overrides on both ranks: built.
+  for (int r = 0; r < 2; ++r) {
+    ranks[static_cast<std::size_t>(r)] =
+        std::thread([&, r] { errors[r] = within_deadline([&] { Pooler pooler(comms[r], options(2), ring); }); });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
 }
 
 TEST(FakeNccl, DeadPeerDuringConstructionFailsWithinTheDeadline) {

@@ -1,4 +1,6 @@
-// Checks of tensor views shared by the Pooler's translation units.
+// The public API's value types (include/pooler/pooler.hpp: DType, TensorView, PoolerLayer and
+// pooler_layer), implemented in api_types.cpp, and the check of a tensor view that the Pooler's
+// translation units share.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,6 @@
-// TensorView, the DType helpers and pooler_layer (include/pooler/pooler.hpp).
-#include "runtime/tensor_view.hpp"
+// The public API's value types: the DType helpers, TensorView, and PoolerLayer with pooler_layer
+// (include/pooler/pooler.hpp).
+#include "runtime/api_types.hpp"
 
 #include <fmt/format.h>
 

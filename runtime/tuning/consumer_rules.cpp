@@ -1,0 +1,34 @@
+#include "runtime/tuning/consumer_rules.hpp"
+
+#include "runtime/tuning/gemm_rule.hpp"
+
+namespace pooler {
+
+ConsumerTrigger consumer_trigger(const GemmPlan& gemm, const TuningOverrides& overrides) {
+  const std::optional<ConsumerTrigger> forced = overrides.consumer_trigger;
+  if (forced == ConsumerTrigger::before_wait || forced == ConsumerTrigger::after_wait) return *forced;
+  if (!gemm.triggers_after_its_wait()) return ConsumerTrigger::before_wait;
+  if (forced) return *forced;  // polling or polling_early
+  if (gemm.rows() > kPollingRows) return ConsumerTrigger::after_wait;
+  return polling_trigger(gemm.n(), gemm.k(), overrides);
+}
+
+ConsumerTrigger polling_trigger(int n, int k, const TuningOverrides& overrides) {
+  return ring_at_few_rows(n, k, overrides) ? ConsumerTrigger::polling : ConsumerTrigger::polling_early;
+}
+
+bool ring_at_few_rows(int n, int k, const TuningOverrides& overrides) {
+  for (int b = 1; b <= kRowSplitCtas; ++b) {
+    if (choose_gemm_plan(n, k, b, overrides).shape().stages > 0) return true;
+  }
+  return false;
+}
+
+RowSplit consumer_row_split(int n, int k, const TuningOverrides& overrides) {
+  if (overrides.consumer_row_ctas != 0) return RowSplit{overrides.consumer_row_ctas};
+  RowSplit rule;
+  rule.beside_ring = ring_at_few_rows(n, k, overrides);
+  return rule;
+}
+
+}  // namespace pooler

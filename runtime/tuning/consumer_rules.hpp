@@ -1,0 +1,47 @@
+// The mailbox consumers' rules: when they let the next launch start and whether they poll before
+// their PDL wait (the trigger), and how many CTAs share a row (the row split). Pure functions of
+// the GEMM plans and the comparison overrides (TuningOverrides); they read no environment.
+#pragma once
+
+#include "runtime/gather/consumer_row_split.hpp"
+#include "runtime/gather/consumer_trigger.hpp"
+#include "runtime/gemm/gemm_plan.hpp"
+#include "runtime/tuning/overrides.hpp"
+
+namespace pooler {
+
+// The polling consumer's batches: b <= kPollingRows (decision 0022).
+inline constexpr int kPollingRows = 8;
+
+// How the mailbox consumers of a batch stand to their GEMM and to the next launch (the next
+// layer's GEMM, of the same plan). before_wait where that GEMM triggers in its prologue (it copies
+// its whole w on chip, or loads all of it into registers: N = 512, every b), so that its loads
+// overlap this layer's GEMM; elsewhere the GEMM triggers after its own wait, and the consumer
+// polls (b <= kPollingRows) or triggers after its wait (decisions 0016, 0018, 0021, 0022). A
+// polling consumer lets the next launch start at its start (polling_early) where the width's GEMM
+// streams w without a ring at few rows (!ring_at_few_rows: N = 1024 at K = 8192), whose prologue
+// is short; once its row is read (polling) beside a ring (decision 0023).
+// overrides.consumer_trigger (POOLER_CONSUMER_TRIGGER; for comparisons and tests: all give the
+// same bits): before_wait or after_wait at every b, polling or polling_early at every b whose GEMM
+// triggers after its wait (before_wait elsewhere). run() only: gather() launches the after_wait
+// consumer where this says polling or polling_early (its publish may follow any kernel of the
+// caller's). `overrides` also reach ring_at_few_rows (the GEMM rule's ring).
+ConsumerTrigger consumer_trigger(const GemmPlan& gemm, const TuningOverrides& overrides);
+
+// The rule's polling trigger at width N (reduction length K), what consumer_trigger gives where the
+// consumers poll: polling_early unless ring_at_few_rows(n, k), else polling (decision 0023).
+ConsumerTrigger polling_trigger(int n, int k, const TuningOverrides& overrides = {});
+
+// RowSplit::beside_ring for the consumers of width N (reduction length K): whether the GEMM rule
+// (with `overrides`) streams w through a shared-memory ring at some b <= kRowSplitCtas (N >= 2048
+// at K = 8192; decision 0021). A property of the width, so that every configuration of it splits
+// rows alike.
+bool ring_at_few_rows(int n, int k, const TuningOverrides& overrides = {});
+
+// The consumers' row split at width N (reduction length K), as the Pooler and
+// pooler-kernel-bench --chain use it: the rule (consumer_row_ctas) with beside_ring =
+// ring_at_few_rows(n, k), unless overrides.consumer_row_ctas (POOLER_CONSUMER_ROW_CTAS) forces a
+// count at every b.
+RowSplit consumer_row_split(int n, int k, const TuningOverrides& overrides);
+
+}  // namespace pooler
