@@ -61,8 +61,7 @@ struct Binding {
   pooler::MailboxBinding mailbox;
   int rank = 0;
   std::int64_t timeout_ns = 0;
-  std::unique_ptr<pooler::Bf16ConsumerLauncher> bf16;
-  std::unique_ptr<pooler::Nvfp4ConsumerLauncher> nvfp4;
+  std::unique_ptr<pooler::ConsumerLauncher> consumer;
 };
 
 }  // namespace
@@ -77,8 +76,9 @@ struct pooler_kernel_st {
   std::optional<pooler::PrimaryContext> context;
   // The GEMM.
   std::unique_ptr<pooler::PoolerGemm> gemm;
-  // The consumers: the form, the mailbox shape, the bindings; the plain gather's own
-  // norm weight (zeros) and normed rows, which nothing reads.
+  // The consumers: the spec (and the mailbox shape), the form, the bindings; the plain gather's
+  // own norm weight (zeros) and normed rows, which nothing reads.
+  pooler::ConsumerSpec spec;
   pooler::MailboxLayout layout;
   pooler::DeviceBuffer zero_weight, normed;
   std::unique_ptr<pooler::LoadedForm> form;
@@ -218,10 +218,10 @@ void compile_consumer(pooler_kernel_t* kernel, KernelKind kind, int device, int 
   }
   auto handle = new_kernel(kind, device, enable_pdl);
   handle->layout = layout;
-  const pooler::Form form = kind == KernelKind::gather
-                                ? pooler::bf16_consumer_form(pooled, tp, capacity, eps, gain_center)
-                                : pooler::nvfp4_consumer_form(pooled, tp, capacity, eps, gain_center);
-  const auto entry = lookup(*handle, form);
+  handle->spec =
+      pooler::ConsumerSpec{kind == KernelKind::gather ? pooler::ConsumerOutput::bf16 : pooler::ConsumerOutput::nvfp4,
+                           pooled, tp, capacity, pooler::NormConstants{eps, gain_center}};
+  const auto entry = lookup(*handle, handle->spec.form());
   pooler::ContextScope scope(handle->context->get());
   handle->form = std::make_unique<pooler::LoadedForm>(*entry, handle->context->get());
   if (kind == KernelKind::gather) {
@@ -263,13 +263,8 @@ const Binding& binding_for(pooler_kernel_st& handle, const pooler_mailbox_info* 
   binding.rank = info->rank;
   binding.timeout_ns = info->spin_timeout_ns;
   const auto timeout = static_cast<unsigned long long>(info->spin_timeout_ns);
-  if (handle.kind == KernelKind::gather) {
-    binding.bf16 =
-        std::make_unique<pooler::Bf16ConsumerLauncher>(*handle.form, layout, info->rank, binding.mailbox, timeout);
-  } else {
-    binding.nvfp4 =
-        std::make_unique<pooler::Nvfp4ConsumerLauncher>(*handle.form, layout, info->rank, binding.mailbox, timeout);
-  }
+  binding.consumer =
+      std::make_unique<pooler::ConsumerLauncher>(handle.spec, *handle.form, info->rank, binding.mailbox, timeout);
   handle.bindings.push_back(std::move(binding));
   return handle.bindings.back();
 }
@@ -385,8 +380,8 @@ pooler_status pooler_gather_launch(pooler_kernel_t kernel, const pooler_mailbox_
     const Binding& bound = binding_for(*kernel, mailbox);
     require_address(output, "output", 16, "BF16 [m, P]");
     pooler::ensure_current(kernel->context->get());
-    bound.bf16->launch(static_cast<CUstream>(stream), kernel->zero_weight.get(), output, kernel->normed.get(), m,
-                       kStandaloneLayer, kernel->pdl);
+    bound.consumer->launch(static_cast<CUstream>(stream), kernel->zero_weight.get(),
+                           pooler::Bf16Outputs{output, kernel->normed.get()}, m, kStandaloneLayer, kernel->pdl);
   });
 }
 
@@ -408,8 +403,8 @@ pooler_status pooler_norm_quant_launch(pooler_kernel_t kernel, const pooler_mail
     require_address(packed, "packed", 16, "U8 [m, P / 2]");
     require_address(scales, "scales", 16, "E4M3 [m, P / 16]");
     pooler::ensure_current(kernel->context->get());
-    bound.nvfp4->launch(static_cast<CUstream>(stream), weight, global_scale, packed, scales, m, kStandaloneLayer,
-                        kernel->pdl);
+    bound.consumer->launch(static_cast<CUstream>(stream), weight, pooler::Nvfp4Outputs{global_scale, packed, scales}, m,
+                           kStandaloneLayer, kernel->pdl);
   });
 }
 

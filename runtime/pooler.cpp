@@ -184,15 +184,17 @@ ExpertInput Pooler::Impl::gather_to(int layer, int b, const ExpertInput& out, CU
   ConsumerTrigger chosen = trigger_by_rows[static_cast<std::size_t>(b)];
   if (polls(chosen) && !after_publish) chosen = ConsumerTrigger::after_wait;
   const auto trigger = static_cast<std::size_t>(chosen);
-  if (const Nvfp4ConsumerLauncher* consumer = nvfp4_of_layer[trigger][static_cast<std::size_t>(layer)]) {
-    consumer->launch(stream, spec.norm_weight.data, spec.global_scale->data, out.packed.data, out.scales.data, b, layer,
-                     options.enable_pdl);
+  const ConsumerLauncher& consumer = *consumer_of_layer[trigger][static_cast<std::size_t>(layer)];
+  if (spec.nvfp4()) {
+    consumer.launch(stream, spec.norm_weight.data,
+                    Nvfp4Outputs{spec.global_scale->data, out.packed.data, out.scales.data}, b, layer,
+                    options.enable_pdl);
     result.nvfp4 = true;
     result.packed = out.packed;
     result.scales = out.scales;
   } else {
-    bf16_of_layer[trigger][static_cast<std::size_t>(layer)]->launch(stream, spec.norm_weight.data, rows.get(),
-                                                                    out.normed.data, b, layer, options.enable_pdl);
+    consumer.launch(stream, spec.norm_weight.data, Bf16Outputs{rows.get(), out.normed.data}, b, layer,
+                    options.enable_pdl);
     result.normed = out.normed;
   }
   return result;

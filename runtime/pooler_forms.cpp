@@ -4,10 +4,15 @@
 #include <set>
 #include <string>
 
+#include <fmt/format.h>
+
+#include "pooler/error.hpp"
+
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/gemm/weight_prefetch.hpp"
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/gather/gathered_consumer.hpp"
+#include "runtime/tuning/consumer_rules.hpp"
 #include "runtime/tuning/gemm_rule.hpp"
 
 namespace pooler {
@@ -23,74 +28,91 @@ std::vector<NormConstants> distinct(const std::vector<NormConstants>& norms) {
 
 }  // namespace
 
+ConsumerSpec PoolerForms::consumer_spec(ConsumerOutput output, const NormConstants& norm,
+                                        ConsumerTrigger trigger) const {
+  return ConsumerSpec{output, pooled, tp, capacity, norm, trigger};
+}
+
+std::size_t PoolerForms::consumer(const ConsumerSpec& spec) const {
+  const auto found = consumers.find(spec);
+  if (found == consumers.end()) {
+    throw InvalidArgument(fmt::format("PoolerForms: no consumer {} among the configuration's forms", spec.name()));
+  }
+  return found->second;
+}
+
+bool PoolerForms::has_consumers(ConsumerTrigger trigger) const {
+  if (!publish) return false;
+  return trigger == ConsumerTrigger::after_wait ||
+         std::any_of(batches.begin(), batches.end(), [&](const BatchForms& batch) { return batch.trigger == trigger; });
+}
+
 PoolerForms pooler_forms(const PoolerConfig& config) {
   PoolerForms out;
+  out.pooled = config.pooled;
+  out.tp = config.tp;
+  out.capacity = config.capacity;
   const std::set<int> batches(config.batches.begin(), config.batches.end());
   const int width = config.pooled / config.tp;
+  auto add = [&out](Form form) {
+    out.forms.push_back(std::move(form));
+    return out.forms.size() - 1;
+  };
   for (int b : batches) {
-    out.batches.push_back(b);
     const std::optional<PoolerGemmShape>& shape = config.overrides.gemm_shape;
-    out.gemm_plans.push_back(shape ? GemmPlan(b, width, config.hidden, *shape)
-                                   : choose_gemm_plan(width, config.hidden, b, config.overrides));
-    out.forms.push_back(out.gemm_plans.back().form());
+    GemmPlan plan =
+        shape ? GemmPlan(b, width, config.hidden, *shape) : choose_gemm_plan(width, config.hidden, b, config.overrides);
+    const std::size_t gemm = add(plan.form());
+    BatchForms batch{.b = b,
+                     .plan = std::move(plan),
+                     .gemm = gemm,
+                     .fused = std::nullopt,
+                     .fused_gemm = 0,
+                     .trigger = ConsumerTrigger::after_wait};
+    out.batches.push_back(std::move(batch));
   }
   out.nvfp4_norms = distinct(config.nvfp4_norms);
   out.edge_norms = distinct(config.edge_norms);
-  out.first_fused_gemm = out.forms.size();
-  if (config.mailbox && config.overrides.fuse_publish) {
-    const GemmPublish publish{config.tp, config.capacity};
-    for (const GemmPlan& plan : out.gemm_plans) {
-      out.fused_plans.push_back(plan.publishing(publish));
-      out.forms.push_back(out.fused_plans.back().form());
-    }
-  }
-  out.publish = out.forms.size();
-  if (config.mailbox) out.forms.push_back(publish_form(config.pooled, config.tp, config.capacity));
-  // The consumers follow the GEMM that publishes (the fused one where there is one).
   if (config.mailbox) {
-    for (const GemmPlan& plan : out.fused_plans.empty() ? out.gemm_plans : out.fused_plans) {
-      out.consumer_triggers.push_back(consumer_trigger(plan, config.overrides));
-    }
-  }
-  auto consumers = [&](const std::vector<NormConstants>& norms, auto make, ConsumerTrigger trigger) {
-    const std::size_t first = out.forms.size();
-    if (config.mailbox && out.has_consumers(trigger)) {
-      for (const NormConstants& norm : norms) {
-        out.forms.push_back(
-            make(config.pooled, config.tp, config.capacity, norm.eps, norm.gain_center, trigger, false));
+    if (config.overrides.fuse_publish) {
+      const GemmPublish publish{config.tp, config.capacity};
+      for (BatchForms& batch : out.batches) {
+        batch.fused = batch.plan.publishing(publish);
+        batch.fused_gemm = add(batch.fused->form());
       }
     }
-    return first;
-  };
-  for (ConsumerTrigger trigger : kAllConsumerTriggers) {
-    const auto t = static_cast<std::size_t>(trigger);
-    out.first_nvfp4[t] = consumers(out.nvfp4_norms, nvfp4_consumer_form, trigger);
-    out.first_edge[t] = consumers(out.edge_norms, bf16_consumer_form, trigger);
-  }
-  out.first_gathered_nvfp4 = out.forms.size();
-  if (config.gathered) {
-    for (const NormConstants& norm : out.nvfp4_norms) {
-      out.forms.push_back(gathered_consumer_form(config.pooled, config.tp, norm.eps, norm.gain_center, true));
+    out.publish = add(publish_form(config.pooled, config.tp, config.capacity));
+    // The consumers follow the GEMM that publishes (the fused one where there is one).
+    for (BatchForms& batch : out.batches)
+      batch.trigger = consumer_trigger(batch.fused ? *batch.fused : batch.plan, config.overrides);
+    for (ConsumerTrigger trigger : kAllConsumerTriggers) {
+      if (!out.has_consumers(trigger)) continue;
+      for (ConsumerOutput output : {ConsumerOutput::nvfp4, ConsumerOutput::bf16}) {
+        for (const NormConstants& norm : output == ConsumerOutput::nvfp4 ? out.nvfp4_norms : out.edge_norms) {
+          const ConsumerSpec spec = out.consumer_spec(output, norm, trigger);
+          out.consumers.emplace(spec, add(spec.form()));
+        }
+      }
     }
   }
-  out.first_gathered_edge = out.forms.size();
   if (config.gathered) {
-    for (const NormConstants& norm : out.edge_norms) {
-      out.forms.push_back(gathered_consumer_form(config.pooled, config.tp, norm.eps, norm.gain_center, false));
+    for (ConsumerOutput output : {ConsumerOutput::nvfp4, ConsumerOutput::bf16}) {
+      const bool nvfp4 = output == ConsumerOutput::nvfp4;
+      for (const NormConstants& norm : nvfp4 ? out.nvfp4_norms : out.edge_norms) {
+        out.gathered.emplace(std::make_pair(output, norm),
+                             add(gathered_consumer_form(config.pooled, config.tp, norm.eps, norm.gain_center, nvfp4)));
+      }
     }
   }
-  out.first_stock_norm = out.stock_quantize = out.forms.size();
   if (config.stock) {
     std::vector<NormConstants> all = out.nvfp4_norms;
     all.insert(all.end(), out.edge_norms.begin(), out.edge_norms.end());
     for (const NormConstants& norm : distinct(all)) {
-      out.forms.push_back(stock_norm_form(config.pooled, norm.eps, norm.gain_center));
+      out.stock_norms.emplace(norm, add(stock_norm_form(config.pooled, norm.eps, norm.gain_center)));
     }
-    out.stock_quantize = out.forms.size();
-    out.forms.push_back(stock_quantize_form(config.pooled));
+    out.stock_quantize = add(stock_quantize_form(config.pooled));
   }
-  out.weight_prefetch = out.forms.size();
-  out.forms.push_back(weight_prefetch_form());
+  out.weight_prefetch = add(weight_prefetch_form());
   return out;
 }
 

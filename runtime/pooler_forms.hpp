@@ -3,31 +3,20 @@
 // an engine started after the build finds every cubin on disk.
 #pragma once
 
-#include <algorithm>
-#include <array>
-#include <bit>
+#include <cstddef>
+#include <map>
 #include <optional>
 #include <utility>
 #include <vector>
 
 #include "pooler/gemm_shape.hpp"
+#include "runtime/gather/consumer_spec.hpp"
 #include "runtime/gather/consumer_trigger.hpp"
 #include "runtime/gemm/gemm_plan.hpp"
 #include "runtime/jit/form.hpp"
 #include "runtime/tuning/consumer_rules.hpp"
 
 namespace pooler {
-
-// The constants of a pre_expert_norm: eps and gain center.
-struct NormConstants {
-  float eps = 1e-5f;
-  float gain_center = 1.0f;
-  // Bitwise: +0.0 and -0.0 gain centers compile to different forms.
-  friend bool operator==(const NormConstants& a, const NormConstants& b) {
-    return std::bit_cast<unsigned>(a.eps) == std::bit_cast<unsigned>(b.eps) &&
-           std::bit_cast<unsigned>(a.gain_center) == std::bit_cast<unsigned>(b.gain_center);
-  }
-};
 
 struct PoolerConfig {
   int hidden = 8192;
@@ -45,43 +34,49 @@ struct PoolerConfig {
   bool gathered = false;  // the nccl transport's consumers (consumer_gathered.cu), one per distinct norm
 };
 
-// The forms, in this order: a GEMM per batch (ascending, duplicates dropped),
-// when `mailbox`: when `overrides.fuse_publish` a publishing GEMM per batch, the publish, the NVFP4 consumers, the BF16
-// consumers (each in the order given, duplicates dropped), then for each other trigger of
-// kAllConsumerTriggers that some batch's consumers take (consumer_trigger), both again with that
-// trigger; when `gathered`: the gathered NVFP4 consumers, the
-// gathered BF16 consumers (same order); then, when `stock`, a stock norm per distinct norm and the stock quantize;
-// last the weight prefetch (Pooler::prefetch_weights).
-// Index fields of a part that is not there point past the forms before it (an empty range).
+// The forms of one compiled batch: its GEMM, the publishing GEMM where there is one, and the
+// trigger of the mailbox consumers that follow it. Indices are into PoolerForms::forms.
+struct BatchForms {
+  int b = 0;
+  GemmPlan plan;                  // the GEMM's (shape validated once); no default
+  std::size_t gemm = 0;           // its form
+  std::optional<GemmPlan> fused;  // when mailbox and overrides.fuse_publish: the publishing GEMM's plan
+  std::size_t fused_gemm = 0;     // and form
+  ConsumerTrigger trigger = ConsumerTrigger::after_wait;  // when mailbox: consumer_trigger of the GEMM that publishes
+};
+
+// The catalog of a configuration's forms: the list to compile, and where each kernel's form is in
+// it. The list is in this order (pooler-cubin prints it so): a GEMM per batch (ascending,
+// duplicates dropped); when `mailbox`: when `overrides.fuse_publish` a publishing GEMM per batch, the publish,
+// the NVFP4 consumers, the BF16 consumers (each in the order given, duplicates dropped), then for
+// each other trigger of kAllConsumerTriggers that some batch's consumers take, both again with
+// that trigger; when `gathered`: the gathered NVFP4 consumers, the gathered BF16 consumers (same
+// order); then, when `stock`, a stock norm per distinct norm and the stock quantize; last the
+// weight prefetch (Pooler::prefetch_weights).
 struct PoolerForms {
   std::vector<Form> forms;
-  std::vector<int> batches;                // the GEMM of batches[i] is forms[i]
-  std::vector<GemmPlan> gemm_plans;        // its plan (shape validated once)
-  std::vector<GemmPlan> fused_plans;       // when overrides.fuse_publish: the publishing GEMM's
-  std::vector<NormConstants> nvfp4_norms;  // distinct
-  std::vector<NormConstants> edge_norms;   // distinct
-  std::size_t first_fused_gemm =
-      0;  // when overrides.fuse_publish: the publishing GEMM of batches[i] is forms[first_fused_gemm + i]
-  // When mailbox: the consumers' trigger at batches[i] (consumer_trigger of its GEMM). The NVFP4
-  // consumer of nvfp4_norms[i] with trigger t is forms[first_nvfp4[t] + i] (consumer_form), there
-  // for after_wait always (gather() never polls) and for the others where some batch takes them;
-  // the BF16 consumers likewise from first_edge[t].
-  std::vector<ConsumerTrigger> consumer_triggers;
-  // Whether the consumers of `trigger` are among the forms: after_wait always, the others where some
-  // batch takes them.
-  bool has_consumers(ConsumerTrigger trigger) const {
-    return trigger == ConsumerTrigger::after_wait ||
-           std::find(consumer_triggers.begin(), consumer_triggers.end(), trigger) != consumer_triggers.end();
-  }
-  std::size_t publish = 0, first_stock_norm = 0, stock_quantize = 0;
-  std::array<std::size_t, kConsumerTriggers> first_nvfp4{}, first_edge{};  // index: ConsumerTrigger
-  // The index of the consumer form of `trigger` for nvfp4_norms[norm] (edge: false) or edge_norms[norm].
-  std::size_t consumer_form(bool edge, ConsumerTrigger trigger, std::size_t norm) const {
-    const auto t = static_cast<std::size_t>(trigger);
-    return (edge ? first_edge : first_nvfp4)[t] + norm;
-  }
-  std::size_t first_gathered_nvfp4 = 0, first_gathered_edge = 0;  // when gathered: one per distinct norm each
-  std::size_t weight_prefetch = 0;                                // the weight prefetch's form
+  std::vector<BatchForms> batches;         // ascending b
+  std::vector<NormConstants> nvfp4_norms;  // distinct, in the order given
+  std::vector<NormConstants> edge_norms;   // distinct, in the order given
+  std::optional<std::size_t> publish;      // when mailbox
+  // When mailbox: each mailbox consumer by its spec, after_wait always (gather() never polls)
+  // and the other triggers where some batch takes them.
+  std::map<ConsumerSpec, std::size_t> consumers;
+  // When gathered: the nccl transport's consumers by (output, norm).
+  std::map<std::pair<ConsumerOutput, NormConstants>, std::size_t> gathered;
+  std::map<NormConstants, std::size_t> stock_norms;  // when stock: per distinct norm
+  std::optional<std::size_t> stock_quantize;         // when stock
+  std::size_t weight_prefetch = 0;
+
+  // The spec of the mailbox consumer of this configuration for `output`, `norm` and `trigger`.
+  ConsumerSpec consumer_spec(ConsumerOutput output, const NormConstants& norm, ConsumerTrigger trigger) const;
+  // The form index of a consumer; InvalidArgument naming its form when the catalog has none.
+  std::size_t consumer(const ConsumerSpec& spec) const;
+  // Whether the consumers of `trigger` are among the forms: after_wait always (where mailbox),
+  // the others where some batch takes them.
+  bool has_consumers(ConsumerTrigger trigger) const;
+
+  int pooled = 0, tp = 1, capacity = 0;  // the configuration's, for consumer_spec
 };
 
 PoolerForms pooler_forms(const PoolerConfig& config);

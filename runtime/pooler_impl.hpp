@@ -73,11 +73,9 @@ struct Pooler::Impl {
   std::optional<WeightPrefetchLauncher> prefetcher;        // prefetch_weights()
   MailboxPeers peers{};
   std::optional<PublishLauncher> publisher;
-  // The mailbox consumers by (trigger, norm), and per trigger (index: ConsumerTrigger) and layer.
-  std::map<std::pair<ConsumerTrigger, NormKey>, Nvfp4ConsumerLauncher> nvfp4_consumers;
-  std::map<std::pair<ConsumerTrigger, NormKey>, Bf16ConsumerLauncher> bf16_consumers;
-  std::array<std::vector<const Nvfp4ConsumerLauncher*>, kConsumerTriggers> nvfp4_of_layer;  // null for edge layers
-  std::array<std::vector<const Bf16ConsumerLauncher*>, kConsumerTriggers> bf16_of_layer;    // null for NVFP4 layers
+  // The mailbox consumers by spec, and per trigger (index: ConsumerTrigger) and layer.
+  std::map<ConsumerSpec, ConsumerLauncher> consumers;
+  std::array<std::vector<const ConsumerLauncher*>, kConsumerTriggers> consumer_of_layer;
   std::vector<ConsumerTrigger> trigger_by_rows;  // index b: run()'s consumers' trigger (consumer_trigger)
   std::map<std::pair<bool, NormKey>, GatheredConsumerLauncher> gathered_consumers;  // nccl: by (nvfp4, norm)
   std::vector<const GatheredConsumerLauncher*> gathered_of_layer;                   // nccl: per layer

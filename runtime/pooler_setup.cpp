@@ -9,6 +9,7 @@
 #include <mutex>
 #include <set>
 #include <shared_mutex>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -180,9 +181,9 @@ void Pooler::Impl::compile(Transport forms_for) {
 void Pooler::Impl::load() {
   const PoolerOptions& o = options;
   gemm_by_rows.resize(static_cast<std::size_t>(o.capacity) + 1);
-  for (std::size_t i = 0; i < plan.batches.size(); ++i) {
-    gemm_by_rows[static_cast<std::size_t>(plan.batches[i])] =
-        std::make_unique<PoolerGemm>(*lookups[i].entry, context->get(), plan.gemm_plans[i]);
+  for (const BatchForms& batch : plan.batches) {
+    gemm_by_rows[static_cast<std::size_t>(batch.b)] =
+        std::make_unique<PoolerGemm>(*lookups[batch.gemm].entry, context->get(), batch.plan);
   }
   loaded.push_back(std::make_unique<LoadedForm>(*lookups[plan.weight_prefetch].entry, context->get()));
   prefetcher.emplace(*loaded.back(), device_info(ordinal).multiprocessors);
@@ -207,33 +208,24 @@ void Pooler::Impl::load_mailbox() {
   peers = make_peers(mailbox->peers());
   if (overrides.fuse_publish) {
     fused_by_rows.resize(static_cast<std::size_t>(o.capacity) + 1);
-    for (std::size_t i = 0; i < plan.batches.size(); ++i) {
-      fused_by_rows[static_cast<std::size_t>(plan.batches[i])] =
-          std::make_unique<PoolerGemm>(*lookups[plan.first_fused_gemm + i].entry, ctx, plan.fused_plans[i]);
+    for (const BatchForms& batch : plan.batches) {
+      fused_by_rows[static_cast<std::size_t>(batch.b)] =
+          std::make_unique<PoolerGemm>(*lookups[batch.fused_gemm].entry, ctx, *batch.fused);
     }
   }
-  publisher.emplace(load(plan.publish), layout, rank, peers, state->state());
+  publisher.emplace(load(*plan.publish), layout, rank, peers, state->state());
   trigger_by_rows.assign(static_cast<std::size_t>(o.capacity) + 1, ConsumerTrigger::after_wait);
-  for (std::size_t i = 0; i < plan.batches.size(); ++i) {
-    trigger_by_rows[static_cast<std::size_t>(plan.batches[i])] = plan.consumer_triggers[i];
+  for (const BatchForms& batch : plan.batches) trigger_by_rows[static_cast<std::size_t>(batch.b)] = batch.trigger;
+  for (const auto& [spec, form] : plan.consumers) {
+    consumers.emplace(std::piecewise_construct, std::forward_as_tuple(spec),
+                      std::forward_as_tuple(spec, load(form), rank, binding, timeout_ns, split));
   }
   for (ConsumerTrigger trigger : kAllConsumerTriggers) {
     if (!plan.has_consumers(trigger)) continue;
-    for (std::size_t i = 0; i < plan.nvfp4_norms.size(); ++i) {
-      const std::size_t form = plan.consumer_form(false, trigger, i);
-      nvfp4_consumers.emplace(std::make_pair(trigger, norm_key(plan.nvfp4_norms[i])),
-                              Nvfp4ConsumerLauncher(load(form), layout, rank, binding, timeout_ns, split));
-    }
-    for (std::size_t i = 0; i < plan.edge_norms.size(); ++i) {
-      const std::size_t form = plan.consumer_form(true, trigger, i);
-      bf16_consumers.emplace(std::make_pair(trigger, norm_key(plan.edge_norms[i])),
-                             Bf16ConsumerLauncher(load(form), layout, rank, binding, timeout_ns, split));
-    }
-    const auto t = static_cast<std::size_t>(trigger);
     for (const PoolerLayer& layer : o.layers) {
-      const auto key = std::make_pair(trigger, norm_key(NormConstants{layer.eps, layer.gain_center}));
-      nvfp4_of_layer[t].push_back(layer.nvfp4() ? &nvfp4_consumers.at(key) : nullptr);
-      bf16_of_layer[t].push_back(layer.nvfp4() ? nullptr : &bf16_consumers.at(key));
+      const ConsumerOutput output = layer.nvfp4() ? ConsumerOutput::nvfp4 : ConsumerOutput::bf16;
+      const ConsumerSpec spec = plan.consumer_spec(output, NormConstants{layer.eps, layer.gain_center}, trigger);
+      consumer_of_layer[static_cast<std::size_t>(trigger)].push_back(&consumers.at(spec));
     }
   }
 }
@@ -243,14 +235,12 @@ void Pooler::Impl::load_gathered() {
   const PoolerOptions& o = options;
   gathered = DeviceBuffer(static_cast<std::size_t>(tp) * static_cast<std::size_t>(o.capacity) *
                           static_cast<std::size_t>(layout.width()) * 2);
-  auto add = [&](std::size_t index, const NormConstants& norm, bool nvfp4) {
-    loaded.push_back(std::make_unique<LoadedForm>(*lookups[index].entry, context->get()));
-    gathered_consumers.emplace(std::make_pair(nvfp4, norm_key(norm)),
+  for (const auto& [key, form] : plan.gathered) {
+    const bool nvfp4 = key.first == ConsumerOutput::nvfp4;
+    loaded.push_back(std::make_unique<LoadedForm>(*lookups[form].entry, context->get()));
+    gathered_consumers.emplace(std::make_pair(nvfp4, norm_key(key.second)),
                                GatheredConsumerLauncher(*loaded.back(), o.pooled, tp, nvfp4, o.capacity));
-  };
-  for (std::size_t i = 0; i < plan.nvfp4_norms.size(); ++i)
-    add(plan.first_gathered_nvfp4 + i, plan.nvfp4_norms[i], true);
-  for (std::size_t i = 0; i < plan.edge_norms.size(); ++i) add(plan.first_gathered_edge + i, plan.edge_norms[i], false);
+  }
   for (const PoolerLayer& layer : o.layers) {
     gathered_of_layer.push_back(&gathered_consumers.at(std::make_pair(layer.nvfp4(), norm_key(layer))));
   }

@@ -64,14 +64,18 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   return "tp" + std::to_string(info.param.tp) + "_" + mix_name(info.param.mix) + (info.param.pdl ? "_pdl" : "_plain");
 }
 
+ConsumerSpec consumer_spec(ConsumerOutput output, int tp) {
+  return ConsumerSpec{output, kPooled, tp, kCapacity, NormConstants{kEps, kGainCenter}};
+}
+
 // The forms of tp 2 and 4 and the stock kernels.
 struct Suite : testing::LoopbackSuite {
   explicit Suite(int ordinal) : LoopbackSuite(ordinal) {
     std::vector<Form> forms;
     for (int tp : {2, 4}) {
       forms.push_back(publish_form(kPooled, tp, kCapacity));
-      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
-      forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
+      forms.push_back(consumer_spec(ConsumerOutput::nvfp4, tp).form());
+      forms.push_back(consumer_spec(ConsumerOutput::bf16, tp).form());
     }
     forms.push_back(stock_norm_form(kPooled, kEps, kGainCenter));
     forms.push_back(stock_quantize_form(kPooled));
@@ -98,8 +102,8 @@ struct Rank {
   DeviceBuffer mailbox;
   MailboxState state;
   std::optional<PublishLauncher> publisher;
-  std::vector<Nvfp4ConsumerLauncher> nvfp4;           // [split]: kSplits
-  std::vector<Bf16ConsumerLauncher> bf16;             // [split]
+  std::vector<ConsumerLauncher> nvfp4;                // [split]: kSplits
+  std::vector<ConsumerLauncher> bf16;                 // [split]
   DeviceBuffer shards, packed, scales, rows, normed;  // per call: [kCalls][capacity ...]
 };
 
@@ -141,9 +145,10 @@ class Calls {
       Rank& rank = *ranks_[sz(r)];
       rank.publisher.emplace(s.publish(tp), layout_, r, peers, rank.state.state());
       for (int v = 0; v < 2; ++v) {
-        rank.nvfp4.emplace_back(s.nvfp4(tp), layout_, r, rank.state.binding(rank.mailbox.get()), timeout_ns,
-                                kSplits[v]);
-        rank.bf16.emplace_back(s.bf16(tp), layout_, r, rank.state.binding(rank.mailbox.get()), timeout_ns, kSplits[v]);
+        rank.nvfp4.emplace_back(consumer_spec(ConsumerOutput::nvfp4, tp), s.nvfp4(tp), r,
+                                rank.state.binding(rank.mailbox.get()), timeout_ns, kSplits[v]);
+        rank.bf16.emplace_back(consumer_spec(ConsumerOutput::bf16, tp), s.bf16(tp), r,
+                               rank.state.binding(rank.mailbox.get()), timeout_ns, kSplits[v]);
       }
       rank.shards = DeviceBuffer(sz(calls) * shard_elements * 2);
       rank.shards.upload(shards_[sz(r)].data(), rank.shards.bytes());
@@ -168,12 +173,15 @@ class Calls {
     const std::size_t row_elements = sz(kCapacity) * sz(kPooled);
     rank.publisher->launch(rank.stream.get(), rank.shards.get() + sz(c) * shard_elements * 2, b(c), pdl);
     if (nvfp4_[sz(c)]) {
-      rank.nvfp4[sz(split)].launch(rank.stream.get(), weight_.get(), scale_.get(),
-                                   rank.packed.get() + sz(c) * row_elements / 2,
-                                   rank.scales.get() + sz(c) * row_elements / 16, b(c), c, pdl);
+      rank.nvfp4[sz(split)].launch(rank.stream.get(), weight_.get(),
+                                   Nvfp4Outputs{scale_.get(), rank.packed.get() + sz(c) * row_elements / 2,
+                                                rank.scales.get() + sz(c) * row_elements / 16},
+                                   b(c), c, pdl);
     } else {
-      rank.bf16[sz(split)].launch(rank.stream.get(), weight_.get(), rank.rows.get() + sz(c) * row_elements * 2,
-                                  rank.normed.get() + sz(c) * row_elements * 2, b(c), c, pdl);
+      rank.bf16[sz(split)].launch(
+          rank.stream.get(), weight_.get(),
+          Bf16Outputs{rank.rows.get() + sz(c) * row_elements * 2, rank.normed.get() + sz(c) * row_elements * 2}, b(c),
+          c, pdl);
     }
   }
 

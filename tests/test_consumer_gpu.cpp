@@ -128,7 +128,14 @@ Bf16s random_weight(std::mt19937_64& random) {
 // ---- compiled forms, shared by the whole suite, and the fixture --------------------------
 
 // nvfp4[i], bf16[i]: the consumers triggering [0] after their wait, [1] before it, [2] polling and
-// [3] polling with the early trigger (RigSetup::form).
+// [3] polling with the early trigger (RigSetup::form), as kFormTriggers lists them.
+constexpr ConsumerTrigger kFormTriggers[4] = {ConsumerTrigger::after_wait, ConsumerTrigger::before_wait,
+                                              ConsumerTrigger::polling, ConsumerTrigger::polling_early};
+
+ConsumerSpec consumer_spec(ConsumerOutput output, int tp, std::size_t form) {
+  return ConsumerSpec{output, kPooled, tp, kCapacity, NormConstants{kEps, kGainCenter}, kFormTriggers[form]};
+}
+
 struct TpForms {
   std::optional<LoadedForm> publish, nvfp4[4], bf16[4];
 };
@@ -137,12 +144,10 @@ struct Suite : testing::LoopbackSuite {
   explicit Suite(int ordinal) : LoopbackSuite(ordinal) {
     std::vector<Form> forms =
         mailbox_kernel_forms(kPooled, std::vector<int>(kTps.begin(), kTps.end()), kCapacity, kEps, kGainCenter);
-    const ConsumerTrigger more[] = {ConsumerTrigger::before_wait, ConsumerTrigger::polling,
-                                    ConsumerTrigger::polling_early};
-    for (ConsumerTrigger trigger : more) {
+    for (std::size_t form : {1, 2, 3}) {
       for (int tp : kTps) {
-        forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger));
-        forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger));
+        forms.push_back(consumer_spec(ConsumerOutput::nvfp4, tp, form).form());
+        forms.push_back(consumer_spec(ConsumerOutput::bf16, tp, form).form());
       }
     }
     const std::vector<Lookup> compiled = compile(forms);
@@ -240,7 +245,9 @@ class Rig {
   Rig(const RigSetup& setup, bool pdl, std::mt19937_64& random, unsigned long long timeout_ns = kTestTimeoutNs)
       : tp_(setup.tp),
         pdl_(pdl),
-        loopback_(*ConsumerGpu::suite().by_tp.at(tp_).publish, *ConsumerGpu::suite().by_tp.at(tp_).nvfp4[setup.form()],
+        loopback_(*ConsumerGpu::suite().by_tp.at(tp_).publish, consumer_spec(ConsumerOutput::nvfp4, tp_, setup.form()),
+                  *ConsumerGpu::suite().by_tp.at(tp_).nvfp4[setup.form()],
+                  consumer_spec(ConsumerOutput::bf16, tp_, setup.form()),
                   *ConsumerGpu::suite().by_tp.at(tp_).bf16[setup.form()], MailboxLayout::make(kPooled, tp_, kCapacity),
                   stream_.get(), timeout_ns, kConsumerRank, RowSplit{setup.row_ctas}),
         shards_(sz(tp_) * sz(kCapacity) * sz(loopback_.layout().width()) * 2),
@@ -353,10 +360,10 @@ class Rig {
       loopback_.publish(stream(), r, shards_.get() + sz(r) * shard_bytes, b, pdl_);
     }
     if (kind == Kind::nvfp4) {
-      loopback_.nvfp4().launch(stream(), weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer,
-                               pdl_);
+      loopback_.nvfp4().launch(stream(), weight_.get(), Nvfp4Outputs{global_scale_.get(), packed_.get(), scales_.get()},
+                               b, layer, pdl_);
     } else {
-      loopback_.bf16().launch(stream(), weight_.get(), rows_.get(), normed_.get(), b, layer, pdl_);
+      loopback_.bf16().launch(stream(), weight_.get(), Bf16Outputs{rows_.get(), normed_.get()}, b, layer, pdl_);
     }
     ++calls_;
   }
@@ -1035,6 +1042,8 @@ TEST_P(ConsumerGpu, LaunchersRejectBadArguments) {
   DeviceBuffer mailbox(MailboxLayout::make(kPooled, 4, kCapacity).bytes());
   const MailboxLayout tp4 = MailboxLayout::make(kPooled, 4, kCapacity);
   const MailboxLayout tp2 = MailboxLayout::make(kPooled, 2, kCapacity);
+  const ConsumerSpec nvfp4_tp4 = consumer_spec(ConsumerOutput::nvfp4, 4, 0);
+  const ConsumerSpec bf16_tp4 = consumer_spec(ConsumerOutput::bf16, 4, 0);
   const std::vector<CUdeviceptr> bases(4, mailbox.get());
   const MailboxPeers peers = make_peers(bases);
   const MailboxBinding binding = state.binding(mailbox.get());
@@ -1042,24 +1051,33 @@ TEST_P(ConsumerGpu, LaunchersRejectBadArguments) {
   // The tp 4 forms with a tp 2 layout.
   expect_refused([&] { PublishLauncher(*s.by_tp.at(4).publish, tp2, 0, peers, state.state()); },
                  "pooler_publish_p4096_tp2");
-  expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4[0], tp2, 0, binding); }, "expected a form named");
-  expect_refused([&] { Bf16ConsumerLauncher(*s.by_tp.at(4).nvfp4[0], tp4, 0, binding); }, "expected a form named");
+  expect_refused(
+      [&] { ConsumerLauncher(consumer_spec(ConsumerOutput::nvfp4, 2, 0), *s.by_tp.at(4).nvfp4[0], 0, binding); },
+      "expected a form named pooler_consumer_nvfp4_p4096_tp2");
+  expect_refused([&] { ConsumerLauncher(bf16_tp4, *s.by_tp.at(4).nvfp4[0], 0, binding); },
+                 "expected a form named pooler_consumer_bf16_p4096_tp4");
+  expect_refused(
+      [&] { ConsumerLauncher(consumer_spec(ConsumerOutput::nvfp4, 4, 1), *s.by_tp.at(4).nvfp4[0], 0, binding); },
+      "expected a form named pooler_consumer_nvfp4_p4096_tp4_cap32_eps1e-05_gc1_tbw");
   expect_refused([&] { StockNormLauncher(*s.stock_quantize, kPooled, kCapacity); }, "pooler_stock_norm_p4096");
   expect_refused([&] { PublishLauncher(*s.by_tp.at(4).publish, tp4, 4, peers, state.state()); }, "rank = 4");
-  expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4[0], tp4, -1, binding); }, "rank = -1");
-  expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4[0], tp4, 0, MailboxBinding{}); }, "non-null");
-  expect_refused([&] { Nvfp4ConsumerLauncher(*s.by_tp.at(4).nvfp4[0], tp4, 0, binding, kTestTimeoutNs, RowSplit{3}); },
+  expect_refused([&] { ConsumerLauncher(nvfp4_tp4, *s.by_tp.at(4).nvfp4[0], -1, binding); }, "rank = -1");
+  expect_refused([&] { ConsumerLauncher(nvfp4_tp4, *s.by_tp.at(4).nvfp4[0], 0, MailboxBinding{}); }, "non-null");
+  expect_refused([&] { ConsumerLauncher(nvfp4_tp4, *s.by_tp.at(4).nvfp4[0], 0, binding, kTestTimeoutNs, RowSplit{3}); },
                  "ctas = 3; expected 0 (the rule), 1, 2, 4 or 8");
-  expect_refused([&] { Bf16ConsumerLauncher(*s.by_tp.at(4).bf16[0], tp4, 0, binding, kTestTimeoutNs, RowSplit{16}); },
+  expect_refused([&] { ConsumerLauncher(bf16_tp4, *s.by_tp.at(4).bf16[0], 0, binding, kTestTimeoutNs, RowSplit{16}); },
                  "ctas = 16");
   const MailboxPeers two = make_peers(std::vector<CUdeviceptr>(2, mailbox.get()));
   expect_refused([&] { PublishLauncher(*s.by_tp.at(4).publish, tp4, 0, two, state.state()); },
                  "rank 2's mailbox base is null");
   const PublishLauncher publish(*s.by_tp.at(4).publish, tp4, 0, peers, state.state());
-  const Nvfp4ConsumerLauncher consumer(*s.by_tp.at(4).nvfp4[0], tp4, 0, binding, kTestTimeoutNs);
+  const ConsumerLauncher consumer(nvfp4_tp4, *s.by_tp.at(4).nvfp4[0], 0, binding, kTestTimeoutNs);
   expect_refused([&] { publish.launch(stream.get(), mailbox.get(), 0, pdl()); }, "b = 0");
   expect_refused([&] { publish.launch(stream.get(), mailbox.get(), kCapacity + 1, pdl()); }, "b = 33");
-  expect_refused([&] { consumer.launch(stream.get(), 0, 0, 0, 0, 0, 0, pdl()); }, "b = 0");
+  expect_refused([&] { consumer.launch(stream.get(), 0, Nvfp4Outputs{}, 0, 0, pdl()); }, "b = 0");
+  // An NVFP4 consumer with BF16 outputs.
+  expect_refused([&] { consumer.launch(stream.get(), 0, Bf16Outputs{}, 1, 0, pdl()); },
+                 "bf16 outputs for the nvfp4 consumer");
   wait_or_die(stream.get(), "nothing (no launch happened)");
   EXPECT_EQ(state.read(stream.get()).calls, 0u);
 }

@@ -190,50 +190,75 @@ TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitWhereTheGemmHoldsWOnChip) {
   config.nvfp4_norms = {NormConstants{1e-5f, 1.0f}, NormConstants{0.25f, 1.0f}};
   config.edge_norms = {NormConstants{1e-6f, 0.0f}};
   const PoolerForms forms = pooler_forms(config);
-  ASSERT_EQ(forms.batches, (std::vector<int>{1, 8}));
-  ASSERT_TRUE(forms.gemm_plans[0].shape().w_on_chip);
-  ASSERT_FALSE(forms.gemm_plans[1].shape().w_on_chip);
-  EXPECT_EQ(forms.consumer_triggers,
-            (std::vector<ConsumerTrigger>{ConsumerTrigger::before_wait, ConsumerTrigger::polling_early}));
+  ASSERT_EQ(forms.batches.size(), 2u);
+  EXPECT_EQ(forms.batches[0].b, 1);
+  EXPECT_EQ(forms.batches[1].b, 8);
+  ASSERT_TRUE(forms.batches[0].plan.shape().w_on_chip);
+  ASSERT_FALSE(forms.batches[1].plan.shape().w_on_chip);
+  EXPECT_EQ(forms.batches[0].trigger, ConsumerTrigger::before_wait);
+  EXPECT_EQ(forms.batches[1].trigger, ConsumerTrigger::polling_early);
+  for (const BatchForms& batch : forms.batches) {
+    EXPECT_EQ(forms.forms.at(batch.gemm).name(), batch.plan.form().name());
+    ASSERT_TRUE(batch.fused.has_value());
+    EXPECT_EQ(forms.forms.at(batch.fused_gemm).name(), batch.fused->form().name());
+  }
   EXPECT_FALSE(forms.has_consumers(ConsumerTrigger::polling));
+  std::size_t consumers = 0;
   for (ConsumerTrigger trigger : kAllConsumerTriggers) {
     if (!forms.has_consumers(trigger)) continue;
     const bool before = trigger == ConsumerTrigger::before_wait, polling = polls(trigger);
     const bool early = before || trigger == ConsumerTrigger::polling_early;
     const std::string suffix = before ? "_tbw" : polling ? (early ? "_poll_early" : "_poll") : "";
-    for (std::size_t i = 0; i < forms.nvfp4_norms.size(); ++i) {
-      const Form& f = forms.forms.at(forms.consumer_form(false, trigger, i));
-      const NormConstants& norm = forms.nvfp4_norms[i];
-      EXPECT_EQ(f.name(), nvfp4_consumer_form(4096, 4, kCapacity, norm.eps, norm.gain_center, trigger).name());
+    for (const NormConstants& norm : forms.nvfp4_norms) {
+      const ConsumerSpec spec = forms.consumer_spec(ConsumerOutput::nvfp4, norm, trigger);
+      const Form& f = forms.forms.at(forms.consumer(spec));
+      ++consumers;
+      EXPECT_EQ(f.name(), spec.name());
+      EXPECT_EQ(f.template_file(), "consumer_mailbox.cu");
       EXPECT_TRUE(suffix.empty()
                       ? !f.name().ends_with("_tbw") && !f.name().ends_with("_poll") && !f.name().ends_with("_early")
                       : f.name().ends_with(suffix))
           << f.name();
+      EXPECT_NE(f.describe_constants().find("NVFP4=1"), std::string::npos) << f.describe_constants();
       EXPECT_NE(f.describe_constants().find(early ? "TRIGGER_BEFORE_WAIT=1" : "TRIGGER_BEFORE_WAIT=0"),
                 std::string::npos)
           << f.describe_constants();
       EXPECT_NE(f.describe_constants().find(polling ? "POLLING=1" : "POLLING=0"), std::string::npos)
           << f.describe_constants();
     }
-    const Form& edge = forms.forms.at(forms.consumer_form(true, trigger, 0));
+    const Form& edge =
+        forms.forms.at(forms.consumer(forms.consumer_spec(ConsumerOutput::bf16, forms.edge_norms[0], trigger)));
+    ++consumers;
     if (!suffix.empty()) {
       EXPECT_TRUE(edge.name().ends_with(suffix)) << edge.name();
     }
     EXPECT_TRUE(edge.name().starts_with("pooler_consumer_bf16_p4096_tp4_cap32_")) << edge.name();
+    EXPECT_NE(edge.describe_constants().find("NVFP4=0"), std::string::npos) << edge.describe_constants();
   }
-  const auto polling_early = static_cast<std::size_t>(ConsumerTrigger::polling_early);
-  EXPECT_EQ(forms.first_gathered_nvfp4, forms.first_edge[polling_early] + forms.edge_norms.size());
+  EXPECT_EQ(forms.consumers.size(), consumers);
+  // A consumer of a trigger no batch takes is not in the catalog; asking for it names its form.
+  const ConsumerSpec absent =
+      forms.consumer_spec(ConsumerOutput::nvfp4, forms.nvfp4_norms[0], ConsumerTrigger::polling);
+  try {
+    forms.consumer(absent);
+    ADD_FAILURE() << "PoolerForms::consumer found " << absent.name();
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(absent.name()), std::string::npos) << e.what();
+  }
+  // The last consumer of the list is the polling_early edge one, right before the weight prefetch.
+  const ConsumerSpec last =
+      forms.consumer_spec(ConsumerOutput::bf16, forms.edge_norms.back(), ConsumerTrigger::polling_early);
+  EXPECT_EQ(forms.consumer(last) + 1, forms.weight_prefetch);
+  EXPECT_EQ(forms.weight_prefetch + 1, forms.forms.size());
 
   // Where no batch holds w on chip and none polls (b > kPollingRows), only after-wait consumers.
   config.batches = {16, 32};
   const PoolerForms streaming = pooler_forms(config);
-  EXPECT_EQ(streaming.consumer_triggers,
-            (std::vector<ConsumerTrigger>{ConsumerTrigger::after_wait, ConsumerTrigger::after_wait}));
-  for (ConsumerTrigger trigger : kAllConsumerTriggers) {
-    if (trigger == ConsumerTrigger::after_wait) continue;
-    const auto t = static_cast<std::size_t>(trigger);
-    EXPECT_EQ(streaming.first_nvfp4[t], streaming.first_gathered_nvfp4) << to_string(trigger);  // empty ranges
-    EXPECT_EQ(streaming.first_edge[t], streaming.first_gathered_nvfp4) << to_string(trigger);
+  for (const BatchForms& batch : streaming.batches) EXPECT_EQ(batch.trigger, ConsumerTrigger::after_wait) << batch.b;
+  EXPECT_EQ(streaming.consumers.size(), streaming.nvfp4_norms.size() + streaming.edge_norms.size());
+  for (const auto& [spec, index] : streaming.consumers) {
+    EXPECT_EQ(spec.trigger, ConsumerTrigger::after_wait) << spec.name();
+    EXPECT_EQ(streaming.forms.at(index).name(), spec.name());
   }
   for (const Form& f : streaming.forms) {
     EXPECT_FALSE(f.name().ends_with("_tbw")) << f.name();

@@ -184,6 +184,16 @@ Bits make_x(std::mt19937_64& random, int b, Inputs inputs) {
 
 // ---- compiled forms and weights, shared by the whole suite --------------------------------
 
+// The NVFP4 consumer of tp, triggering after its wait or (polling) as the rule's polling trigger.
+ConsumerSpec consumer_spec(int tp, bool polling) {
+  return ConsumerSpec{ConsumerOutput::nvfp4,
+                      kPooled,
+                      tp,
+                      kCapacity,
+                      NormConstants{kEps, kGainCenter},
+                      polling ? polling_trigger(kPooled / tp, kHidden) : ConsumerTrigger::after_wait};
+}
+
 struct TpSetup {
   int tp = 0, n = 0;
   std::map<int, std::unique_ptr<PoolerGemm>> fused, plain;  // by b
@@ -214,9 +224,8 @@ struct Suite : testing::LoopbackSuite {
     const std::size_t first_other = forms.size();
     for (int tp : kTps) {
       forms.push_back(publish_form(kPooled, tp, kCapacity));
-      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter));
-      forms.push_back(
-          nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, polling_trigger(kPooled / tp, kHidden)));
+      forms.push_back(consumer_spec(tp, false).form());
+      forms.push_back(consumer_spec(tp, true).form());
     }
     const std::vector<Lookup> compiled = compile(forms);
     for (std::size_t i = 0; i < first_other; ++i) {
@@ -278,11 +287,11 @@ class Rig {
         fused_(std::make_unique<Path>(layout_, forms, stream_.get())),
         plain_(std::make_unique<Path>(layout_, forms, stream_.get())) {
     for (Path* path : {fused_.get(), plain_.get()}) {
-      path->consumer.emplace(*forms.nvfp4[0], layout_, kConsumerRank, path->state.binding(path->mailbox.get()),
-                             kTimeoutNs);
+      path->consumer.emplace(consumer_spec(forms.tp, false), *forms.nvfp4[0], kConsumerRank,
+                             path->state.binding(path->mailbox.get()), kTimeoutNs);
       if (polling_) {
-        path->polling.emplace(*forms.nvfp4[1], layout_, kConsumerRank, path->state.binding(path->mailbox.get()),
-                              kTimeoutNs);
+        path->polling.emplace(consumer_spec(forms.tp, true), *forms.nvfp4[1], kConsumerRank,
+                              path->state.binding(path->mailbox.get()), kTimeoutNs);
       }
     }
     for (int r = 0; r < forms.tp; ++r) {
@@ -318,8 +327,8 @@ class Rig {
     // Polling only where the GEMM lets the consumer start after its own wait (the Pooler's rule).
     const bool polls = polling_ && GemmPlan(b, n(), kHidden, gemm.shape(), &gemm.publish()).triggers_after_its_wait();
     (polls ? fused_->polling : fused_->consumer)
-        ->launch(stream(), weight_.get(), global_scale_.get(), fused_->packed.get(), fused_->scales.get(), b, layer,
-                 pdl_);
+        ->launch(stream(), weight_.get(), Nvfp4Outputs{global_scale_.get(), fused_->packed.get(), fused_->scales.get()},
+                 b, layer, pdl_);
   }
 
   void enqueue_plain(int b, int layer) {
@@ -330,8 +339,8 @@ class Rig {
     }
     // After the publish kernel, which triggers after its wait: polling may follow it at every b.
     (polling_ ? plain_->polling : plain_->consumer)
-        ->launch(stream(), weight_.get(), global_scale_.get(), plain_->packed.get(), plain_->scales.get(), b, layer,
-                 pdl_);
+        ->launch(stream(), weight_.get(), Nvfp4Outputs{global_scale_.get(), plain_->packed.get(), plain_->scales.get()},
+                 b, layer, pdl_);
   }
 
   void poison_fused() { fused_->poison(kFusedPoison, stream()); }
@@ -394,7 +403,7 @@ class Rig {
     std::vector<DeviceBuffer> c;
     DeviceBuffer packed, scales;
     MailboxPeers peers{};
-    std::optional<Nvfp4ConsumerLauncher> consumer, polling;
+    std::optional<ConsumerLauncher> consumer, polling;
   };
 
   const TpSetup& setup_;

@@ -29,6 +29,11 @@ constexpr int kCapacity = 32;
 constexpr float kEps = 1e-5f;
 constexpr float kGainCenter = 1.0f;
 
+Form consumer_form(ConsumerOutput output, int pooled, int tp, int capacity, float eps, float gain_center,
+                   ConsumerTrigger trigger = ConsumerTrigger::after_wait, bool trace = false) {
+  return ConsumerSpec{output, pooled, tp, capacity, NormConstants{eps, gain_center}, trigger, trace}.form();
+}
+
 // The mailbox kernels (their consumers trigger after their wait), the consumers with every other
 // trigger, the trace forms, then the nccl transport's gathered consumers (NVFP4 and BF16), at every tp.
 std::vector<Form> every_form() {
@@ -36,14 +41,16 @@ std::vector<Form> every_form() {
   for (int tp : {1, 2, 4, 8}) {
     for (ConsumerTrigger trigger : kAllConsumerTriggers) {
       if (trigger == ConsumerTrigger::after_wait) continue;  // mailbox_kernel_forms has them
-      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger));
-      forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger));
+      forms.push_back(consumer_form(ConsumerOutput::nvfp4, kPooled, tp, kCapacity, kEps, kGainCenter, trigger));
+      forms.push_back(consumer_form(ConsumerOutput::bf16, kPooled, tp, kCapacity, kEps, kGainCenter, trigger));
     }
     // The trace forms (pooler-kernel-bench --chain --trace): after the wait, and the polling ones.
-    forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerTrigger::after_wait, true));
-    forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, ConsumerTrigger::after_wait, true));
+    forms.push_back(consumer_form(ConsumerOutput::nvfp4, kPooled, tp, kCapacity, kEps, kGainCenter,
+                                  ConsumerTrigger::after_wait, true));
+    forms.push_back(consumer_form(ConsumerOutput::bf16, kPooled, tp, kCapacity, kEps, kGainCenter,
+                                  ConsumerTrigger::after_wait, true));
     for (ConsumerTrigger trigger : {ConsumerTrigger::polling, ConsumerTrigger::polling_early}) {
-      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger, true));
+      forms.push_back(consumer_form(ConsumerOutput::nvfp4, kPooled, tp, kCapacity, kEps, kGainCenter, trigger, true));
     }
     for (bool nvfp4 : {true, false}) forms.push_back(gathered_consumer_form(kPooled, tp, kEps, kGainCenter, nvfp4));
   }
@@ -67,7 +74,7 @@ TEST_P(PoolerForms, CompileWithoutLocalMemory) {
     EXPECT_EQ(kernel.max_threads, declared_threads(kernel.name)) << kernel.name;
     EXPECT_LE(kernel.registers, 65536 / declared_threads(kernel.name)) << kernel.name << " cannot launch";
     // The norm needs one float per warp; a consumer also stashes its row (a row over several CTAs).
-    const bool consumer = kernel.name == kNvfp4ConsumerEntry || kernel.name == kBf16ConsumerEntry;
+    const bool consumer = kernel.name == kConsumerEntry;
     EXPECT_LE(kernel.shared_bytes, 64 + (consumer ? kPooled * 2 : 0)) << kernel.name;
     std::cout << "[ resources ] " << form.name() << " " << architecture << ": " << kernel.registers << " registers, "
               << kernel.shared_bytes << " shared bytes\n";
@@ -83,9 +90,10 @@ using testing::rejection;
 TEST(PoolerForms, ConsumerTraceFormsAreSeparate) {
   // Their own name and constant, so they never share a cache entry with the forms Pooler runs.
   for (bool nvfp4 : {true, false}) {
-    auto make = nvfp4 ? nvfp4_consumer_form : bf16_consumer_form;
-    const Form plain = make(kPooled, 4, kCapacity, kEps, kGainCenter, ConsumerTrigger::before_wait, false);
-    const Form traced = make(kPooled, 4, kCapacity, kEps, kGainCenter, ConsumerTrigger::before_wait, true);
+    const ConsumerOutput output = nvfp4 ? ConsumerOutput::nvfp4 : ConsumerOutput::bf16;
+    const Form plain = consumer_form(output, kPooled, 4, kCapacity, kEps, kGainCenter, ConsumerTrigger::before_wait);
+    const Form traced =
+        consumer_form(output, kPooled, 4, kCapacity, kEps, kGainCenter, ConsumerTrigger::before_wait, true);
     EXPECT_EQ(traced.name(), plain.name() + "_trace");
     EXPECT_EQ(traced.kernels(), plain.kernels());
     EXPECT_NE(traced.describe_constants().find("TRACE=1"), std::string::npos) << traced.describe_constants();
@@ -97,10 +105,10 @@ TEST(PoolerFormArguments, TensorParallelSize) {
   for (int tp : {0, 3, 5, 16, -1}) {
     expect_mentions(rejection([&] { publish_form(kPooled, tp, kCapacity); }),
                     {"publish_form", "tp = " + std::to_string(tp), "1, 2, 4 or 8"});
-    expect_mentions(rejection([&] { nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter); }),
-                    {"nvfp4_consumer_form", "tp = " + std::to_string(tp)});
-    expect_mentions(rejection([&] { bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter); }),
-                    {"bf16_consumer_form", "tp = " + std::to_string(tp)});
+    expect_mentions(rejection([&] { consumer_form(ConsumerOutput::nvfp4, kPooled, tp, kCapacity, kEps, kGainCenter); }),
+                    {"nvfp4 consumer form", "tp = " + std::to_string(tp)});
+    expect_mentions(rejection([&] { consumer_form(ConsumerOutput::bf16, kPooled, tp, kCapacity, kEps, kGainCenter); }),
+                    {"bf16 consumer form", "tp = " + std::to_string(tp)});
   }
 }
 
@@ -108,8 +116,10 @@ TEST(PoolerFormArguments, PooledWidth) {
   for (int pooled : {0, 256, 4095, 4000, 16896, -4096}) {
     const std::string value = "P = " + std::to_string(pooled);
     expect_mentions(rejection([&] { publish_form(pooled, 4, kCapacity); }), {value, "multiple of 512"});
-    expect_mentions(rejection([&] { nvfp4_consumer_form(pooled, 4, kCapacity, kEps, kGainCenter); }), {value});
-    expect_mentions(rejection([&] { bf16_consumer_form(pooled, 4, kCapacity, kEps, kGainCenter); }), {value});
+    expect_mentions(rejection([&] { consumer_form(ConsumerOutput::nvfp4, pooled, 4, kCapacity, kEps, kGainCenter); }),
+                    {value});
+    expect_mentions(rejection([&] { consumer_form(ConsumerOutput::bf16, pooled, 4, kCapacity, kEps, kGainCenter); }),
+                    {value});
     expect_mentions(rejection([&] { stock_norm_form(pooled, kEps, kGainCenter); }), {"stock_norm_form", value});
     expect_mentions(rejection([&] { stock_quantize_form(pooled); }), {"stock_quantize_form", value});
   }
@@ -122,7 +132,7 @@ TEST(PoolerFormArguments, Capacity) {
   for (int capacity : {0, -1, kMaxMailboxCapacity + 1}) {
     expect_mentions(rejection([&] { publish_form(kPooled, 2, capacity); }),
                     {"capacity = " + std::to_string(capacity), "expected 1 to"});
-    expect_mentions(rejection([&] { nvfp4_consumer_form(kPooled, 2, capacity, kEps, kGainCenter); }),
+    expect_mentions(rejection([&] { consumer_form(ConsumerOutput::nvfp4, kPooled, 2, capacity, kEps, kGainCenter); }),
                     {"capacity = " + std::to_string(capacity)});
   }
 }
@@ -131,12 +141,15 @@ TEST(PoolerFormArguments, NormConstants) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   for (float eps : {0.0f, -1e-5f, nan, inf}) {
-    expect_mentions(rejection([&] { nvfp4_consumer_form(kPooled, 4, kCapacity, eps, kGainCenter); }), {"eps = "});
-    expect_mentions(rejection([&] { bf16_consumer_form(kPooled, 4, kCapacity, eps, kGainCenter); }), {"eps = "});
+    expect_mentions(rejection([&] { consumer_form(ConsumerOutput::nvfp4, kPooled, 4, kCapacity, eps, kGainCenter); }),
+                    {"eps = "});
+    expect_mentions(rejection([&] { consumer_form(ConsumerOutput::bf16, kPooled, 4, kCapacity, eps, kGainCenter); }),
+                    {"eps = "});
     expect_mentions(rejection([&] { stock_norm_form(kPooled, eps, kGainCenter); }), {"eps = "});
   }
   for (float gain : {nan, inf, -inf}) {
-    expect_mentions(rejection([&] { nvfp4_consumer_form(kPooled, 4, kCapacity, kEps, gain); }), {"gain_center = "});
+    expect_mentions(rejection([&] { consumer_form(ConsumerOutput::nvfp4, kPooled, 4, kCapacity, kEps, gain); }),
+                    {"gain_center = "});
     expect_mentions(rejection([&] { stock_norm_form(kPooled, kEps, gain); }), {"gain_center = "});
   }
   EXPECT_NO_THROW(stock_norm_form(kPooled, kEps, 0.0f));
@@ -164,7 +177,7 @@ TEST(PoolerFormArguments, Rows) {
 }
 
 TEST(PoolerForms, NamesCarryTheShapeAndConstantsAreExact) {
-  const Form form = nvfp4_consumer_form(kPooled, 4, kCapacity, kEps, kGainCenter);
+  const Form form = consumer_form(ConsumerOutput::nvfp4, kPooled, 4, kCapacity, kEps, kGainCenter);
   EXPECT_EQ(form.name().rfind("pooler_consumer_nvfp4_p4096_tp4_cap32_", 0), 0u) << form.name();
   const std::string source = form.render(TemplateLibrary::instance());
   EXPECT_NE(source.find("constexpr float EPS = " + hex_float_literal(kEps)), std::string::npos);
@@ -207,6 +220,37 @@ TEST(MailboxLayout, SharedStructsHaveTheDeviceLayout) {
   EXPECT_EQ(offsetof(MailboxStateBlock, failed), 20u);
   EXPECT_EQ(offsetof(TimeoutRecord, elapsed_ns), 24u);
   EXPECT_EQ(sizeof(MailboxPeers), 64u);
+}
+
+TEST(PoolerForms, ConsumerSpecYieldsTheFormAndTheLaunchShape) {
+  ConsumerSpec spec{ConsumerOutput::bf16,          kPooled, 2, kCapacity, NormConstants{kEps, kGainCenter},
+                    ConsumerTrigger::polling_early};
+  const Form form = spec.form();
+  EXPECT_EQ(form.name(), "pooler_consumer_bf16_p4096_tp2_cap32_eps1e-05_gc1_poll_early");
+  EXPECT_EQ(form.name(), spec.name());
+  EXPECT_EQ(form.template_file(), "consumer_mailbox.cu");
+  EXPECT_EQ(form.kernels(), std::vector<std::string>{kConsumerEntry});
+  EXPECT_EQ(form.describe_constants(),
+            "CAPACITY=32 EPS=1e-05 GAIN_CENTER=1 NVFP4=0 POLLING=1 POOLED=4096 TP=2 TRACE=0 TRIGGER_BEFORE_WAIT=1");
+  const LaunchShape shape = spec.launch_shape(3, 4, true);
+  EXPECT_EQ(shape.grid_x, 12u);
+  EXPECT_EQ(shape.block_x, static_cast<unsigned>(kPooled / 16));
+  EXPECT_TRUE(shape.pdl);
+  // Keys of the catalog: every field counts, the norm bitwise.
+  ConsumerSpec other = spec;
+  EXPECT_EQ(other, spec);
+  other.norm.gain_center = -0.0f;
+  ConsumerSpec positive = spec;
+  positive.norm.gain_center = 0.0f;
+  EXPECT_NE(other, positive);
+  EXPECT_TRUE(other < positive || positive < other);
+  other = spec;
+  other.output = ConsumerOutput::nvfp4;
+  EXPECT_NE(other, spec);
+  EXPECT_NE(other.form().describe_constants().find("NVFP4=1"), std::string::npos);
+  EXPECT_EQ(other.name(), "pooler_consumer_nvfp4_p4096_tp2_cap32_eps1e-05_gc1_poll_early");
+  spec.output = static_cast<ConsumerOutput>(7);
+  expect_mentions(rejection([&] { spec.form(); }), {"output = 7", "nvfp4 or bf16"});
 }
 
 }  // namespace

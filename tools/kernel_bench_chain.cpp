@@ -169,6 +169,11 @@ double time_graph(CUstream stream, int replays, int per_replay, Enqueue enqueue)
   return median(samples);
 }
 
+// The chain's consumer of `output` with `trigger` (trace: the --trace form).
+ConsumerSpec chain_consumer(ConsumerOutput output, int tp, ConsumerTrigger trigger, bool trace = false) {
+  return ConsumerSpec{output, kPooled, tp, kCapacity, NormConstants{kEps, kGainCenter}, trigger, trace};
+}
+
 std::vector<Form> chain_forms(const ChainOptions& o) {
   std::vector<Form> forms = {fill_form(), stock_norm_form(kPooled, kEps, kGainCenter), stock_quantize_form(kPooled)};
   for (const ReadConfig& c : read_configs()) forms.push_back(read_form(c));
@@ -183,15 +188,17 @@ std::vector<Form> chain_forms(const ChainOptions& o) {
       if (!o.trace_dir.empty()) {
         const PoolerGemmShape rule = choose_gemm_shape(n, kHidden, b, overrides_from_environment());
         forms.push_back(pooler_gemm_form(b, n, kHidden, rule, &publish, true));
-        forms.push_back(nvfp4_consumer_form(
-            kPooled, tp, kCapacity, kEps, kGainCenter,
-            consumer_trigger(GemmPlan(b, n, kHidden, rule, &publish), overrides_from_environment()), true));
+        forms.push_back(
+            chain_consumer(ConsumerOutput::nvfp4, tp,
+                           consumer_trigger(GemmPlan(b, n, kHidden, rule, &publish), overrides_from_environment()),
+                           true)
+                .form());
       }
     }
     forms.push_back(publish_form(kPooled, tp, kCapacity));
     for (ConsumerTrigger t : kAllConsumerTriggers) {
-      forms.push_back(nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, t));
-      forms.push_back(bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, t));
+      forms.push_back(chain_consumer(ConsumerOutput::nvfp4, tp, t).form());
+      forms.push_back(chain_consumer(ConsumerOutput::bf16, tp, t).form());
     }
   }
   return forms;
@@ -296,12 +303,12 @@ class ChainRig {
     split_ = consumer_row_split(n_, kHidden, overrides_from_environment());  // the Pooler's for this width
     for (int t = 0; t < kConsumerTriggers; ++t) {
       const ConsumerTrigger trigger = kAllConsumerTriggers[t];
-      const Form nvfp4 = nvfp4_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger);
-      const Form bf16 = bf16_consumer_form(kPooled, tp, kCapacity, kEps, kGainCenter, trigger);
-      nvfp4_loaded_[t].emplace(*gpu.cache.get(nvfp4, gpu.arch).entry, gpu.context);
-      bf16_loaded_[t].emplace(*gpu.cache.get(bf16, gpu.arch).entry, gpu.context);
-      nvfp4_[t].emplace(*nvfp4_loaded_[t], layout_, 0, binding, kTimeoutNs, split_);
-      bf16_[t].emplace(*bf16_loaded_[t], layout_, 0, binding, kTimeoutNs, split_);
+      const ConsumerSpec nvfp4 = chain_consumer(ConsumerOutput::nvfp4, tp, trigger);
+      const ConsumerSpec bf16 = chain_consumer(ConsumerOutput::bf16, tp, trigger);
+      nvfp4_loaded_[t].emplace(*gpu.cache.get(nvfp4.form(), gpu.arch).entry, gpu.context);
+      bf16_loaded_[t].emplace(*gpu.cache.get(bf16.form(), gpu.arch).entry, gpu.context);
+      nvfp4_[t].emplace(nvfp4, *nvfp4_loaded_[t], 0, binding, kTimeoutNs, split_);
+      bf16_[t].emplace(bf16, *bf16_loaded_[t], 0, binding, kTimeoutNs, split_);
     }
     POOLER_CU(cuStreamSynchronize(gpu.stream), "setting up the chain");
   }
@@ -394,11 +401,11 @@ class ChainRig {
     const GemmPublish publish{tp_, kCapacity};
     const PoolerGemm gemm(*gpu_.cache.get(pooler_gemm_form(b, n_, kHidden, shape, &publish, true), gpu_.arch).entry,
                           gpu_.context, b, n_, kHidden, shape, &publish, true);
-    const Form consumer_form = nvfp4_consumer_form(
-        kPooled, tp_, kCapacity, kEps, kGainCenter,
-        consumer_trigger(GemmPlan(b, n_, kHidden, shape, &publish), overrides_from_environment()), true);
-    const LoadedForm loaded(*gpu_.cache.get(consumer_form, gpu_.arch).entry, gpu_.context);
-    const Nvfp4ConsumerLauncher consumer(loaded, layout_, 0, state_.binding(mailbox_.get()), kTimeoutNs, split_);
+    const ConsumerSpec spec =
+        chain_consumer(ConsumerOutput::nvfp4, tp_,
+                       consumer_trigger(GemmPlan(b, n_, kHidden, shape, &publish), overrides_from_environment()), true);
+    const LoadedForm loaded(*gpu_.cache.get(spec.form(), gpu_.arch).entry, gpu_.context);
+    const ConsumerLauncher consumer(spec, loaded, 0, state_.binding(mailbox_.get()), kTimeoutNs, split_);
     const GemmTrace gemm_trace = gemm.trace();
     const ConsumerTrace consumer_trace = pooler::consumer_trace(loaded, kCapacity);
     constexpr int kLaunches = kConsumerTraceLaunches;
@@ -406,7 +413,8 @@ class ChainRig {
     const harness::Graph graph(s, "the traced chain's graph", [&] {
       for (int i = 0; i < kLaunches; ++i) {
         gemm.launch_publish(s, x_.get(), weight(i % o_.layers), c_.get(), peers_, state_.state(), 0, true);
-        consumer.launch(s, norm_weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, i, true);
+        consumer.launch(s, norm_weight_.get(), Nvfp4Outputs{global_scale_.get(), packed_.get(), scales_.get()}, b, i,
+                        true);
       }
     });
     graph.launch(s);  // warm-up, not recorded
@@ -429,10 +437,10 @@ class ChainRig {
   void consume(int layer, int b, int t = -1) const {
     if (t < 0) t = trigger_;
     if (edge(layer)) {
-      bf16_[t]->launch(gpu_.stream, norm_weight_.get(), rows_.get(), normed_.get(), b, layer, true);
+      bf16_[t]->launch(gpu_.stream, norm_weight_.get(), Bf16Outputs{rows_.get(), normed_.get()}, b, layer, true);
     } else {
-      nvfp4_[t]->launch(gpu_.stream, norm_weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer,
-                        true);
+      nvfp4_[t]->launch(gpu_.stream, norm_weight_.get(),
+                        Nvfp4Outputs{global_scale_.get(), packed_.get(), scales_.get()}, b, layer, true);
     }
   }
 
@@ -520,8 +528,7 @@ class ChainRig {
   // [trigger]
   std::optional<LoadedForm> publish_loaded_, nvfp4_loaded_[kConsumerTriggers], bf16_loaded_[kConsumerTriggers];
   std::optional<PublishLauncher> publisher_;
-  std::optional<Nvfp4ConsumerLauncher> nvfp4_[kConsumerTriggers];
-  std::optional<Bf16ConsumerLauncher> bf16_[kConsumerTriggers];
+  std::optional<ConsumerLauncher> nvfp4_[kConsumerTriggers], bf16_[kConsumerTriggers];
   int trigger_ = 0;  // the consumers' trigger (index into kAllConsumerTriggers) for the row being measured
   int alt_ = -1;     // the alternative trigger (ChainRow::alt_trigger) of that row, or -1
   double ceiling_gbps_ = 0;

@@ -54,10 +54,13 @@ struct ConsumerRow {
 
 // The forms a tp's rig loads: the publish, then the Pooler's NVFP4 and BF16 consumers (triggering
 // after their wait).
+ConsumerSpec rig_consumer(int tp, ConsumerOutput output) {
+  return ConsumerSpec{output, kConsumerPooled, tp, kConsumerCapacity, NormConstants{kConsumerEps, kConsumerGainCenter}};
+}
+
 std::array<Form, 3> rig_forms(int tp) {
-  return {publish_form(kConsumerPooled, tp, kConsumerCapacity),
-          nvfp4_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter),
-          bf16_consumer_form(kConsumerPooled, tp, kConsumerCapacity, kConsumerEps, kConsumerGainCenter)};
+  return {publish_form(kConsumerPooled, tp, kConsumerCapacity), rig_consumer(tp, ConsumerOutput::nvfp4).form(),
+          rig_consumer(tp, ConsumerOutput::bf16).form()};
 }
 
 // One tp's loopback mailbox (harness::LoopbackMailbox) with random shards, the
@@ -69,7 +72,8 @@ class LoopbackRig {
       : publish_loaded_(*cache.get(rig_forms(tp)[0], arch).entry, context),
         nvfp4_loaded_(*cache.get(rig_forms(tp)[1], arch).entry, context),
         bf16_loaded_(*cache.get(rig_forms(tp)[2], arch).entry, context),
-        loopback_(publish_loaded_, nvfp4_loaded_, bf16_loaded_,
+        loopback_(publish_loaded_, rig_consumer(tp, ConsumerOutput::nvfp4), nvfp4_loaded_,
+                  rig_consumer(tp, ConsumerOutput::bf16), bf16_loaded_,
                   MailboxLayout::make(kConsumerPooled, tp, kConsumerCapacity), stream, kConsumerTimeoutNs, 0,
                   consumer_row_split(kConsumerPooled / tp, kConsumerHidden, overrides_from_environment())),
         shard_bytes_(sz(kConsumerCapacity) * sz(loopback_.layout().width()) * 2),
@@ -125,12 +129,13 @@ class LoopbackRig {
   // One whole call; `layer` only labels a timeout record.
   void call_nvfp4(CUstream stream, int b, bool pdl, int layer) const {
     publish_all(stream, b, pdl);
-    loopback_.nvfp4().launch(stream, weight_.get(), global_scale_.get(), packed_.get(), scales_.get(), b, layer, pdl);
+    loopback_.nvfp4().launch(stream, weight_.get(), Nvfp4Outputs{global_scale_.get(), packed_.get(), scales_.get()}, b,
+                             layer, pdl);
   }
 
   void call_bf16(CUstream stream, int b, bool pdl, int layer) const {
     publish_all(stream, b, pdl);
-    loopback_.bf16().launch(stream, weight_.get(), rows_.get(), normed_.get(), b, layer, pdl);
+    loopback_.bf16().launch(stream, weight_.get(), Bf16Outputs{rows_.get(), normed_.get()}, b, layer, pdl);
   }
 
   // The stock path after an all-gather, on the host-gathered rows.

@@ -274,17 +274,19 @@ class EngineRig {
     auto gemm = [&](std::optional<PoolerGemm>& into, const GemmPlan& g) {
       into.emplace(*gpu_.cache.get(g.form(), gpu_.arch).entry, gpu_.context, g);
     };
-    gemm(p.plain, plan.gemm_plans[0]);
-    gemm(p.fused, plan.fused_plans[0]);
-    p.fused_plan.emplace(plan.fused_plans[0]);
+    const BatchForms& batch = plan.batches.at(0);
+    gemm(p.plain, batch.plan);
+    gemm(p.fused, *batch.fused);
+    p.fused_plan.emplace(*batch.fused);
     gemm(p.qkv, choose_gemm_plan(s_.qkv_n, o_.hidden, b, overrides_from_environment()));
     gemm(p.o_proj, choose_gemm_plan(o_.hidden, s_.att_k, b, overrides_from_environment()));
-    p.trigger = plan.consumer_triggers[0];
+    p.trigger = batch.trigger;
     p.prefetch.emplace(loaded(plan.weight_prefetch), gpu_.info.multiprocessors);
-    const LoadedForm& publish = loaded(plan.publish);
-    const LoadedForm& nvfp4 = loaded(plan.consumer_form(false, p.trigger, 0));
-    const LoadedForm& bf16 = loaded(plan.consumer_form(true, p.trigger, 0));
-    p.mailbox.emplace(publish, nvfp4, bf16, layout_, gpu_.stream.get(), kTimeoutNs, 0,
+    const LoadedForm& publish = loaded(*plan.publish);
+    const ConsumerSpec nvfp4 = plan.consumer_spec(ConsumerOutput::nvfp4, plan.nvfp4_norms.at(0), p.trigger);
+    const ConsumerSpec bf16 = plan.consumer_spec(ConsumerOutput::bf16, plan.edge_norms.at(0), p.trigger);
+    p.mailbox.emplace(publish, nvfp4, loaded(plan.consumer(nvfp4)), bf16, loaded(plan.consumer(bf16)), layout_,
+                      gpu_.stream.get(), kTimeoutNs, 0,
                       consumer_row_split(s_.pool_n, o_.hidden, overrides_from_environment()));
     p.slots = slots(*p.mailbox);
     POOLER_CU(cuStreamSynchronize(gpu_.stream.get()), "setting up the loopback mailbox");
@@ -343,10 +345,11 @@ class EngineRig {
       const int call = traced ? layer - 1 : layer;
       fx.gemm.launch_publish(s, x(layer), w_pool(layer), c_.get(), fx.slots, fx.mailbox.state().state(), 0, true);
       if (edge(layer)) {
-        fx.mailbox.bf16().launch(s, norm_weight_.get(), gathered_.get(), out(layer), b, call, true);
+        fx.mailbox.bf16().launch(s, norm_weight_.get(), Bf16Outputs{gathered_.get(), out(layer)}, b, call, true);
       } else {
-        fx.mailbox.nvfp4().launch(s, norm_weight_.get(), global_scale_.get(), out(layer),
-                                  out(layer) + sz(b) * sz(o_.pooled) / 2, b, call, true);
+        fx.mailbox.nvfp4().launch(s, norm_weight_.get(),
+                                  Nvfp4Outputs{global_scale_.get(), out(layer), out(layer) + sz(b) * sz(o_.pooled) / 2},
+                                  b, call, true);
       }
     } else if (which == X::stock) {
       stock_x(layer, b, true, out(layer));
@@ -398,11 +401,11 @@ class EngineRig {
                           true);
     auto loaded = [&](const Form& form) { return LoadedForm(*gpu_.cache.get(form, gpu_.arch).entry, gpu_.context); };
     const LoadedForm publish = loaded(publish_form(o_.pooled, tp_, kCapacity));
-    const LoadedForm nvfp4 =
-        loaded(nvfp4_consumer_form(o_.pooled, tp_, kCapacity, norm.eps, norm.gain_center, p.trigger, true));
-    const LoadedForm bf16 =
-        loaded(bf16_consumer_form(o_.pooled, tp_, kCapacity, norm.eps, norm.gain_center, p.trigger, true));
-    const harness::LoopbackMailbox mailbox(publish, nvfp4, bf16, layout_, s, kTimeoutNs, 0,
+    const ConsumerSpec nvfp4_spec{ConsumerOutput::nvfp4, o_.pooled, tp_, kCapacity, norm, p.trigger, true};
+    const ConsumerSpec bf16_spec{ConsumerOutput::bf16, o_.pooled, tp_, kCapacity, norm, p.trigger, true};
+    const LoadedForm nvfp4 = loaded(nvfp4_spec.form());
+    const LoadedForm bf16 = loaded(bf16_spec.form());
+    const harness::LoopbackMailbox mailbox(publish, nvfp4_spec, nvfp4, bf16_spec, bf16, layout_, s, kTimeoutNs, 0,
                                            consumer_row_split(s_.pool_n, o_.hidden, overrides_from_environment()));
     const FusedX traced{gemm, mailbox, slots(mailbox)};
     const GemmTrace gemm_trace = gemm.trace();

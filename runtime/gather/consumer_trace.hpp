@@ -1,5 +1,5 @@
-// Reading what a trace form of a mailbox consumer recorded (nvfp4_consumer_form or
-// bf16_consumer_form with trace = true; a diagnostic for pooler-kernel-bench --chain
+// Reading what a trace form of a mailbox consumer recorded (a ConsumerSpec with trace = true,
+// consumer_spec.hpp; a diagnostic for pooler-kernel-bench --chain
 // --trace): per launch and CTA, when thread 0 passed each step, in %globaltimer ns and in
 // %clock64 cycles of its SM (kernel_templates/gather/consumer_trace.cuh).
 #pragma once

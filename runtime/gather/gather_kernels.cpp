@@ -1,6 +1,7 @@
 #include "runtime/gather/gather_kernels.hpp"
 
 #include <cmath>
+#include <cstdint>
 
 #include <fmt/format.h>
 
@@ -89,26 +90,6 @@ Form mailbox_form(const char* caller, const std::string& name, const char* file,
   return Form(name, file, {entry}).set("POOLED", pooled).set("TP", tp).set("CAPACITY", capacity);
 }
 
-// A consumer: a mailbox form with the norm's constants, which its name carries, its
-// trigger ("_tbw", "_poll" or "_poll_early" at the end)
-// and whether it records a trace ("_trace" last).
-Form consumer_form(const char* caller, const char* kind, const char* file, const char* entry, int pooled, int tp,
-                   int capacity, float eps, float gain_center, ConsumerTrigger trigger, bool trace) {
-  check_norm_constants(caller, eps, gain_center);
-  // TRIGGER_BEFORE_WAIT: before the PDL wait, or for a polling consumer at its start.
-  const bool early = trigger == ConsumerTrigger::before_wait || trigger == ConsumerTrigger::polling_early;
-  const bool polling = polls(trigger);
-  const std::string name = shape_name(kind, pooled, tp, capacity) + fmt::format("_eps{}_gc{}", eps, gain_center) +
-                           (polling ? "_poll" : "") + (early ? (polling ? "_early" : "_tbw") : "") +
-                           (trace ? "_trace" : "");
-  return mailbox_form(caller, name, file, entry, pooled, tp, capacity)
-      .set("EPS", eps)
-      .set("GAIN_CENTER", gain_center)
-      .set("TRIGGER_BEFORE_WAIT", early ? 1 : 0)
-      .set("POLLING", polling ? 1 : 0)
-      .set("TRACE", trace ? 1 : 0);
-}
-
 }  // namespace
 
 Form publish_form(int pooled, int tp, int capacity) {
@@ -117,16 +98,35 @@ Form publish_form(int pooled, int tp, int capacity) {
       .set("THREADS", kPublishThreads);
 }
 
-Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center, ConsumerTrigger trigger,
-                         bool trace) {
-  return consumer_form("nvfp4_consumer_form", "pooler_consumer_nvfp4", "consumer_nvfp4.cu", kNvfp4ConsumerEntry, pooled,
-                       tp, capacity, eps, gain_center, trigger, trace);
+const char* to_string(ConsumerOutput output) { return output == ConsumerOutput::bf16 ? "bf16" : "nvfp4"; }
+
+std::string ConsumerSpec::name() const {
+  // TRIGGER_BEFORE_WAIT: before the PDL wait, or for a polling consumer at its start.
+  const bool early = trigger == ConsumerTrigger::before_wait || trigger == ConsumerTrigger::polling_early;
+  return shape_name(output == ConsumerOutput::bf16 ? "pooler_consumer_bf16" : "pooler_consumer_nvfp4", pooled, tp,
+                    capacity) +
+         fmt::format("_eps{}_gc{}", norm.eps, norm.gain_center) + (polls(trigger) ? "_poll" : "") +
+         (early ? (polls(trigger) ? "_early" : "_tbw") : "") + (trace ? "_trace" : "");
 }
 
-Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center, ConsumerTrigger trigger,
-                        bool trace) {
-  return consumer_form("bf16_consumer_form", "pooler_consumer_bf16", "consumer_bf16.cu", kBf16ConsumerEntry, pooled, tp,
-                       capacity, eps, gain_center, trigger, trace);
+Form ConsumerSpec::form() const {
+  const std::string what = fmt::format("{} consumer form", to_string(output));
+  if (output != ConsumerOutput::nvfp4 && output != ConsumerOutput::bf16) {
+    throw InvalidArgument(fmt::format("{}: output = {}; expected nvfp4 or bf16", what, static_cast<int>(output)));
+  }
+  check_norm_constants(what.c_str(), norm.eps, norm.gain_center);
+  const bool early = trigger == ConsumerTrigger::before_wait || trigger == ConsumerTrigger::polling_early;
+  return mailbox_form(what.c_str(), name(), "consumer_mailbox.cu", kConsumerEntry, pooled, tp, capacity)
+      .set("EPS", norm.eps)
+      .set("GAIN_CENTER", norm.gain_center)
+      .set("NVFP4", output == ConsumerOutput::nvfp4 ? 1 : 0)
+      .set("TRIGGER_BEFORE_WAIT", early ? 1 : 0)
+      .set("POLLING", polls(trigger) ? 1 : 0)
+      .set("TRACE", trace ? 1 : 0);
+}
+
+LaunchShape ConsumerSpec::launch_shape(int b, int row_ctas, bool pdl) const {
+  return row_shape(pooled, b, pdl, row_ctas);
 }
 
 Form stock_norm_form(int pooled, float eps, float gain_center) {
@@ -150,8 +150,9 @@ std::vector<Form> mailbox_kernel_forms(int pooled, const std::vector<int>& tps, 
   std::vector<Form> forms;
   for (int tp : tps) {
     forms.push_back(publish_form(pooled, tp, capacity));
-    forms.push_back(nvfp4_consumer_form(pooled, tp, capacity, eps, gain_center));
-    forms.push_back(bf16_consumer_form(pooled, tp, capacity, eps, gain_center));
+    for (ConsumerOutput output : {ConsumerOutput::nvfp4, ConsumerOutput::bf16}) {
+      forms.push_back(ConsumerSpec{output, pooled, tp, capacity, NormConstants{eps, gain_center}}.form());
+    }
   }
   forms.push_back(stock_norm_form(pooled, eps, gain_center));
   forms.push_back(stock_quantize_form(pooled));
@@ -189,6 +190,12 @@ void PublishLauncher::launch(CUstream stream, CUdeviceptr shard, int b, bool pdl
 
 namespace {
 
+// A device address as the typed pointer of a kernel argument struct (ConsumerParams).
+template <class T>
+T* device_pointer(CUdeviceptr address) {
+  return reinterpret_cast<T*>(static_cast<std::uintptr_t>(address));
+}
+
 void check_binding(const char* what, const MailboxBinding& mailbox) {
   if (mailbox.mailbox == 0 || mailbox.state == 0 || mailbox.record == 0) {
     throw InvalidArgument(fmt::format("{}: mailbox {:#x}, state {:#x}, record {:#x}; expected three non-null addresses",
@@ -198,49 +205,54 @@ void check_binding(const char* what, const MailboxBinding& mailbox) {
 
 }  // namespace
 
-Nvfp4ConsumerLauncher::Nvfp4ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank,
-                                             const MailboxBinding& mailbox, unsigned long long timeout_ns,
-                                             RowSplit split)
-    : kernel_(checked_kernel(form, shape_name("pooler_consumer_nvfp4", layout.pooled, layout.tp, layout.capacity),
-                             kNvfp4ConsumerEntry)),
-      layout_(layout),
-      rank_(rank),
-      mailbox_(mailbox),
-      timeout_ns_(timeout_ns),
-      split_(split) {
-  check_rank("Nvfp4ConsumerLauncher", rank, layout.tp);
-  check_binding("Nvfp4ConsumerLauncher", mailbox);
+ConsumerLauncher::ConsumerLauncher(const ConsumerSpec& spec, const LoadedForm& form, int rank,
+                                   const MailboxBinding& mailbox, unsigned long long timeout_ns, RowSplit split)
+    : spec_(spec), rank_(rank), mailbox_(mailbox), timeout_ns_(timeout_ns), split_(split) {
+  const std::string expected = spec.name();
+  if (form.form() != expected) {
+    throw InvalidArgument(
+        fmt::format("ConsumerLauncher: the loaded form is {}; expected a form named {}", form.form(), expected));
+  }
+  kernel_ = form.kernel(kConsumerEntry);
+  check_rank("ConsumerLauncher", rank, spec.tp);
+  check_binding("ConsumerLauncher", mailbox);
   consumer_row_ctas(split, 1);  // refuses a bad split here, not at the first launch
 }
 
-void Nvfp4ConsumerLauncher::launch(CUstream stream, CUdeviceptr weight, CUdeviceptr global_scale, CUdeviceptr packed,
-                                   CUdeviceptr scales, int b, int layer, bool pdl) const {
-  check_rows("Nvfp4ConsumerLauncher::launch", b, layout_.capacity);
+template <class Out>
+void ConsumerLauncher::launch_with(CUstream stream, CUdeviceptr weight, const Out& out, ConsumerOutput kind, int b,
+                                   int layer, bool pdl) const {
+  if (kind != spec_.output) {
+    throw InvalidArgument(
+        fmt::format("ConsumerLauncher::launch: {} outputs for the {} consumer {}; expected {} outputs", to_string(kind),
+                    to_string(spec_.output), spec_.name(), to_string(spec_.output)));
+  }
+  check_rows("ConsumerLauncher::launch", b, spec_.capacity);
   const int ctas = row_ctas(b);
-  kernel_(stream, row_shape(layout_.pooled, b, pdl, ctas), mailbox_.mailbox, mailbox_.state, mailbox_.record, weight,
-          global_scale, packed, scales, rank_, layer, timeout_ns_, static_cast<unsigned>(ctas));
+  ConsumerParams<Out> params{};
+  params.mailbox = device_pointer<unsigned short>(mailbox_.mailbox);
+  params.state = device_pointer<MailboxStateBlock>(mailbox_.state);
+  params.record = device_pointer<TimeoutRecord>(mailbox_.record);
+  params.weight = device_pointer<const unsigned short>(weight);
+  params.out = out;
+  params.rank = rank_;
+  params.layer = layer;
+  params.timeout_ns = timeout_ns_;
+  params.row_ctas = static_cast<unsigned>(ctas);
+  kernel_(stream, spec_.launch_shape(b, ctas, pdl), params);
 }
 
-Bf16ConsumerLauncher::Bf16ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank,
-                                           const MailboxBinding& mailbox, unsigned long long timeout_ns, RowSplit split)
-    : kernel_(checked_kernel(form, shape_name("pooler_consumer_bf16", layout.pooled, layout.tp, layout.capacity),
-                             kBf16ConsumerEntry)),
-      layout_(layout),
-      rank_(rank),
-      mailbox_(mailbox),
-      timeout_ns_(timeout_ns),
-      split_(split) {
-  check_rank("Bf16ConsumerLauncher", rank, layout.tp);
-  check_binding("Bf16ConsumerLauncher", mailbox);
-  consumer_row_ctas(split, 1);
+void ConsumerLauncher::launch(CUstream stream, CUdeviceptr weight, const Nvfp4Outputs& out, int b, int layer,
+                              bool pdl) const {
+  const ConsumerNvfp4Out typed{device_pointer<const float>(out.global_scale), device_pointer<unsigned char>(out.packed),
+                               device_pointer<unsigned char>(out.scales)};
+  launch_with(stream, weight, typed, ConsumerOutput::nvfp4, b, layer, pdl);
 }
 
-void Bf16ConsumerLauncher::launch(CUstream stream, CUdeviceptr weight, CUdeviceptr rows, CUdeviceptr normed, int b,
-                                  int layer, bool pdl) const {
-  check_rows("Bf16ConsumerLauncher::launch", b, layout_.capacity);
-  const int ctas = row_ctas(b);
-  kernel_(stream, row_shape(layout_.pooled, b, pdl, ctas), mailbox_.mailbox, mailbox_.state, mailbox_.record, weight,
-          rows, normed, rank_, layer, timeout_ns_, static_cast<unsigned>(ctas));
+void ConsumerLauncher::launch(CUstream stream, CUdeviceptr weight, const Bf16Outputs& out, int b, int layer,
+                              bool pdl) const {
+  const ConsumerBf16Out typed{device_pointer<unsigned short>(out.rows), device_pointer<unsigned short>(out.normed)};
+  launch_with(stream, weight, typed, ConsumerOutput::bf16, b, layer, pdl);
 }
 
 StockNormLauncher::StockNormLauncher(const LoadedForm& form, int pooled, int max_rows)

@@ -1,6 +1,8 @@
 // The pooler gather's kernels: form builders (kernel_templates/gather/publish.cu,
-// consumer_nvfp4.cu, consumer_bf16.cu, stock/stock_norm.cu, stock_quantize.cu) and one small
-// launcher per kernel.
+// consumer_mailbox.cu, stock/stock_norm.cu, stock_quantize.cu) and one small launcher per kernel.
+// The mailbox consumer is typed end to end: a ConsumerSpec yields its Form and its launch shape,
+// (consumer_spec.hpp), and its arguments are one ConsumerParams struct that the template includes
+// too (kernel_templates/gather/consumer_params.cuh).
 //
 // A launcher is built once (after the form is compiled and loaded) and its launch()
 // allocates nothing and synchronises nothing, so it can run inside CUDA-graph capture.
@@ -12,17 +14,18 @@
 #include <string>
 #include <vector>
 
+#include "kernel_templates/gather/consumer_params.cuh"
 #include "runtime/jit/form.hpp"
 #include "runtime/jit/kernel.hpp"
 #include "runtime/comm/mailbox.hpp"
 #include "runtime/gather/consumer_row_split.hpp"
+#include "runtime/gather/consumer_spec.hpp"
 #include "runtime/gather/consumer_trigger.hpp"
 
 namespace pooler {
 
 inline constexpr const char* kPublishEntry = "pooler_publish";
-inline constexpr const char* kNvfp4ConsumerEntry = "pooler_consumer_nvfp4";
-inline constexpr const char* kBf16ConsumerEntry = "pooler_consumer_bf16";
+inline constexpr const char* kConsumerEntry = "pooler_consumer";
 inline constexpr const char* kStockNormEntry = "pooler_stock_norm";
 inline constexpr const char* kStockQuantizeEntry = "pooler_stock_quantize";
 
@@ -41,23 +44,11 @@ const char* to_string(ConsumerTrigger trigger);
 // Each throws InvalidArgument naming the bad value and what was expected: P,
 // tp and capacity as the mailbox's rules (runtime/comm/mailbox.hpp), eps finite
 // and > 0, gain_center finite.
-// Form names carry the shape ("pooler_publish_p4096_tp4_cap32"; a before_wait consumer's name
-// ends in "_tbw", a polling one's in "_poll" or "_poll_early"); launchers check it.
-// A polling consumer (ConsumerTrigger::polling, polling_early) must be launched right after a
-// kernel that triggers after its own PDL wait.
 
 Form publish_form(int pooled, int tp, int capacity);
-// `trace` (a diagnostic: pooler-kernel-bench --chain --trace): the consumer also records
-// when each CTA passes each step (runtime/gather/consumer_trace.hpp); its name ends in "_trace".
-Form nvfp4_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center,
-                         ConsumerTrigger trigger = ConsumerTrigger::after_wait, bool trace = false);
-Form bf16_consumer_form(int pooled, int tp, int capacity, float eps, float gain_center,
-                        ConsumerTrigger trigger = ConsumerTrigger::after_wait, bool trace = false);
-Form stock_norm_form(int pooled, float eps, float gain_center);
-Form stock_quantize_form(int pooled);
 
 // Every mailbox kernel of a pooled width, in this order: for each tp of `tps`
-// the publish, NVFP4 consumer and BF16 consumer forms, then the stock norm and
+// the publish, NVFP4 consumer and BF16 consumer forms (after_wait), then the stock norm and
 // the stock quantize (the loopback tests and pooler-kernel-bench compile these).
 std::vector<Form> mailbox_kernel_forms(int pooled, const std::vector<int>& tps, int capacity, float eps,
                                        float gain_center);
@@ -83,39 +74,37 @@ class PublishLauncher {
   CUdeviceptr state_;
 };
 
-// Polls the local mailbox for b rows -> norm -> NVFP4: packed [b, P / 2] u8 and scales
-// [b, P / 16] E4M3. `layer` only goes into a TimeoutRecord. Grid b * row_ctas(b), P / 16
-// threads (`split`: consumer_row_ctas).
-class Nvfp4ConsumerLauncher {
- public:
-  Nvfp4ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank, const MailboxBinding& mailbox,
-                        unsigned long long timeout_ns = kDefaultMailboxTimeoutNs, RowSplit split = RowSplit{});
-  void launch(CUstream stream, CUdeviceptr weight, CUdeviceptr global_scale, CUdeviceptr packed, CUdeviceptr scales,
-              int b, int layer, bool pdl) const;
-  // The CTAs per row a launch for b rows uses.
-  int row_ctas(int b) const { return consumer_row_ctas(split_, b); }
-
- private:
-  Kernel kernel_;
-  MailboxLayout layout_;
-  int rank_;
-  MailboxBinding mailbox_;
-  unsigned long long timeout_ns_;
-  RowSplit split_;
+// What a consumer writes, as launch arguments: NVFP4 packed [b, P / 2] u8 and scales [b, P / 16]
+// E4M3, quantized with the float at global_scale; BF16 rows [b, P] and their norm, normed [b, P].
+struct Nvfp4Outputs {
+  CUdeviceptr global_scale = 0, packed = 0, scales = 0;
+};
+struct Bf16Outputs {
+  CUdeviceptr rows = 0, normed = 0;
 };
 
-// Polls the local mailbox for b rows -> rows [b, P] BF16 and their norm, normed [b, P].
-class Bf16ConsumerLauncher {
+// The mailbox consumer of a spec: polls the local mailbox for b rows, norms them and writes the
+// spec's output. The constructor takes the spec's loaded form (InvalidArgument unless its name
+// is spec.name()); launch() with the outputs of the spec's kind (InvalidArgument otherwise).
+// `layer` only goes into a TimeoutRecord. Grid b * row_ctas(b), P / 16 threads (`split`:
+// consumer_row_ctas).
+class ConsumerLauncher {
  public:
-  Bf16ConsumerLauncher(const LoadedForm& form, const MailboxLayout& layout, int rank, const MailboxBinding& mailbox,
-                       unsigned long long timeout_ns = kDefaultMailboxTimeoutNs, RowSplit split = RowSplit{});
-  void launch(CUstream stream, CUdeviceptr weight, CUdeviceptr rows, CUdeviceptr normed, int b, int layer,
-              bool pdl) const;
+  ConsumerLauncher(const ConsumerSpec& spec, const LoadedForm& form, int rank, const MailboxBinding& mailbox,
+                   unsigned long long timeout_ns = kDefaultMailboxTimeoutNs, RowSplit split = RowSplit{});
+  void launch(CUstream stream, CUdeviceptr weight, const Nvfp4Outputs& out, int b, int layer, bool pdl) const;
+  void launch(CUstream stream, CUdeviceptr weight, const Bf16Outputs& out, int b, int layer, bool pdl) const;
+  // The CTAs per row a launch for b rows uses.
   int row_ctas(int b) const { return consumer_row_ctas(split_, b); }
+  const ConsumerSpec& spec() const { return spec_; }
 
  private:
+  template <class Out>
+  void launch_with(CUstream stream, CUdeviceptr weight, const Out& out, ConsumerOutput kind, int b, int layer,
+                   bool pdl) const;
+
+  ConsumerSpec spec_;
   Kernel kernel_;
-  MailboxLayout layout_;
   int rank_;
   MailboxBinding mailbox_;
   unsigned long long timeout_ns_;

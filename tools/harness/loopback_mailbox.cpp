@@ -2,17 +2,17 @@
 
 namespace pooler::harness {
 
-LoopbackMailbox::LoopbackMailbox(const LoadedForm& publish, const LoadedForm& nvfp4, const LoadedForm& bf16,
-                                 const MailboxLayout& layout, CUstream stream, unsigned long long timeout_ns,
-                                 int consumer_rank, RowSplit split)
+LoopbackMailbox::LoopbackMailbox(const LoadedForm& publish, const ConsumerSpec& nvfp4_spec, const LoadedForm& nvfp4,
+                                 const ConsumerSpec& bf16_spec, const LoadedForm& bf16, const MailboxLayout& layout,
+                                 CUstream stream, unsigned long long timeout_ns, int consumer_rank, RowSplit split)
     : layout_(layout), mailbox_(layout.bytes()), state_(stream) {
   fill_mailbox_sentinel(mailbox_.get(), layout_, stream);
   // Loopback: every peer's mailbox is this one.
   const std::vector<CUdeviceptr> bases(static_cast<std::size_t>(layout_.tp), mailbox_.get());
   const MailboxPeers peers = make_peers(bases);
   for (int r = 0; r < layout_.tp; ++r) publishers_.emplace_back(publish, layout_, r, peers, state_.state());
-  nvfp4_.emplace(nvfp4, layout_, consumer_rank, state_.binding(mailbox_.get()), timeout_ns, split);
-  bf16_.emplace(bf16, layout_, consumer_rank, state_.binding(mailbox_.get()), timeout_ns, split);
+  nvfp4_.emplace(nvfp4_spec, nvfp4, consumer_rank, state_.binding(mailbox_.get()), timeout_ns, split);
+  bf16_.emplace(bf16_spec, bf16, consumer_rank, state_.binding(mailbox_.get()), timeout_ns, split);
 }
 
 void LoopbackMailbox::publish(CUstream stream, int rank, CUdeviceptr shard, int b, bool pdl) const {

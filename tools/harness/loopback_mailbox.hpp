@@ -25,12 +25,12 @@ namespace pooler::harness {
 
 class LoopbackMailbox {
  public:
-  // The forms: publish_form, nvfp4_consumer_form and bf16_consumer_form of
-  // `layout`, loaded. The consumers act as rank `consumer_rank` and give up
-  // after `timeout_ns` with a timeout record, `split` CTAs per row (consumer_row_ctas).
-  LoopbackMailbox(const LoadedForm& publish, const LoadedForm& nvfp4, const LoadedForm& bf16,
-                  const MailboxLayout& layout, CUstream stream, unsigned long long timeout_ns, int consumer_rank = 0,
-                  RowSplit split = RowSplit{});
+  // The forms, loaded: publish_form of `layout` and the consumers of two specs of that layout,
+  // an NVFP4 and a BF16 one. The consumers act as rank `consumer_rank` and give up after
+  // `timeout_ns` with a timeout record, `split` CTAs per row (consumer_row_ctas).
+  LoopbackMailbox(const LoadedForm& publish, const ConsumerSpec& nvfp4_spec, const LoadedForm& nvfp4,
+                  const ConsumerSpec& bf16_spec, const LoadedForm& bf16, const MailboxLayout& layout, CUstream stream,
+                  unsigned long long timeout_ns, int consumer_rank = 0, RowSplit split = RowSplit{});
 
   const MailboxLayout& layout() const { return layout_; }
   int tp() const { return layout_.tp; }
@@ -43,8 +43,8 @@ class LoopbackMailbox {
   // Every rank's publish, rank r's shard at shards + r * shard_bytes.
   void publish_all(CUstream stream, CUdeviceptr shards, std::size_t shard_bytes, int b, bool pdl) const;
 
-  const Nvfp4ConsumerLauncher& nvfp4() const { return *nvfp4_; }
-  const Bf16ConsumerLauncher& bf16() const { return *bf16_; }
+  const ConsumerLauncher& nvfp4() const { return *nvfp4_; }
+  const ConsumerLauncher& bf16() const { return *bf16_; }
 
   // After a timeout only: the sentinel everywhere and a zero state, as at
   // construction (on `stream`, not waited for). No call may be in flight.
@@ -55,8 +55,8 @@ class LoopbackMailbox {
   DeviceBuffer mailbox_;
   MailboxState state_;
   std::vector<PublishLauncher> publishers_;
-  std::optional<Nvfp4ConsumerLauncher> nvfp4_;
-  std::optional<Bf16ConsumerLauncher> bf16_;
+  std::optional<ConsumerLauncher> nvfp4_;
+  std::optional<ConsumerLauncher> bf16_;
 };
 
 }  // namespace pooler::harness
