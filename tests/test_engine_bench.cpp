@@ -16,8 +16,8 @@
 #include "runtime/jit/cubin_elf.hpp"
 #include "runtime/jit/kernel_cache.hpp"
 #include "support/process.hpp"
-#include "tools/kernel_bench_engine.hpp"
-#include "tools/kernel_bench_engine_report.hpp"
+#include "tools/kernel_bench/engine.hpp"
+#include "tools/kernel_bench/engine_report.hpp"
 
 namespace pooler {
 namespace {
@@ -105,7 +105,10 @@ TEST(EngineBench, OptionsAndTheSizesTheyGive) {
     args.insert(args.begin(), {"pooler-kernel-bench", "--engine"});
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
-    return bench::parse_engine_options(static_cast<int>(argv.size()), argv.data());
+    bool help = false;
+    bench::EngineOptions options = bench::parse_engine_options(static_cast<int>(argv.size()), argv.data(), help);
+    EXPECT_FALSE(help);
+    return options;
   };
   const bench::EngineOptions defaults = parse({});
   EXPECT_EQ(defaults.tps, (std::vector<int>{1, 2, 4, 8}));

@@ -19,7 +19,7 @@
 #include "runtime/jit/kernel_cache.hpp"
 #include "runtime/pooler_forms.hpp"
 #include "support/process.hpp"
-#include "tools/bench_forms.hpp"
+#include "tools/harness/bench_forms.hpp"
 
 namespace pooler {
 namespace {
