@@ -202,7 +202,7 @@ Options parse_options(int argc, char** argv, bool& help) {
     errno = 0;
     o.seed = std::strtoull(text.c_str(), &end, 0);
     if (text.empty() || *end != '\0' || errno != 0 || text[0] == '-') {
-      throw CLI::ValidationError("--seed", fmt::format("--seed {}: expected an unsigned 64-bit integer", text));
+      throw CLI::ValidationError(fmt::format("--seed {}: expected an unsigned 64-bit integer", text));
     }
   });
   tools::add_number(app, "--weight-std", o.weight_std, 0.0, 1e3);
@@ -224,8 +224,7 @@ Options parse_options(int argc, char** argv, bool& help) {
   });
   app.add_option_function<std::string>("--arch", [&](const std::string& arch) {
     if (!arch.starts_with("sm_")) {
-      throw CLI::ValidationError("--arch",
-                                 fmt::format("--arch {}: expected an architecture such as sm_90 or sm_100a", arch));
+      throw CLI::ValidationError(fmt::format("--arch {}: expected an architecture such as sm_90 or sm_100a", arch));
     }
     o.archs.push_back(arch);
   });

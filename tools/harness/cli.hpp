@@ -37,12 +37,11 @@ CLI::Option* add_number(CLI::App& app, const std::string& name, T& out, double l
           name,
           [&out, flag, low, high](const double& value) {
             if (!std::isfinite(value) || value < low || value > high) {
-              throw CLI::ValidationError(flag,
-                                         fmt::format("{} {}: expected a number in [{}, {}]", flag, value, low, high));
+              throw CLI::ValidationError(fmt::format("{} {}: expected a number in [{}, {}]", flag, value, low, high));
             }
             if constexpr (std::is_integral_v<T>) {
               if (value != std::floor(value)) {
-                throw CLI::ValidationError(flag, fmt::format("{} {}: expected an integer", flag, value));
+                throw CLI::ValidationError(fmt::format("{} {}: expected an integer", flag, value));
               }
             }
             out = static_cast<T>(value);
@@ -59,7 +58,7 @@ inline CLI::Option* add_list(CLI::App& app, const std::string& name, std::vector
                                           try {
                                             out = int_list(text, name, low, high);
                                           } catch (const InvalidArgument& e) {
-                                            throw CLI::ValidationError(name, e.what());
+                                            throw CLI::ValidationError(e.what());
                                           }
                                         })
       ->type_name("LIST");
