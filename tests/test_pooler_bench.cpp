@@ -103,6 +103,21 @@ TEST(PoolerBench, UsageErrorsExitTwo) {
   }
 }
 
+// The command line's spellings: --x=y is --x y (its value read and checked), and --arch repeats,
+// one value each time, every value checked.
+TEST(PoolerBench, EqualsFormAndRepeatedArch) {
+  const auto equals = bench({"--hidden=31"});
+  EXPECT_EQ(equals.exit_code, 2) << equals.output;
+  EXPECT_NE(equals.output.find("--hidden 31: expected a number in [32, "), std::string::npos) << equals.output;
+  // Two architectures parse: the error is the later one about the layers, not --arch.
+  const auto two = bench({"--arch", "sm_90", "--arch", "sm_100a", "--layers", "4", "--edge-layers", "4"});
+  EXPECT_EQ(two.exit_code, 2) << two.output;
+  EXPECT_NE(two.output.find("--edge-layers: layer 4 does not exist"), std::string::npos) << two.output;
+  const auto bad = bench({"--arch", "sm_90", "--arch", "90"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--arch 90: expected an architecture"), std::string::npos) << bad.output;
+}
+
 TEST(PoolerBench, WithoutAGpuCompilesEveryFormAndPrintsTheKernelTable) {
   ScratchDir dir;
   const std::vector<std::string> args = {"--cache-dir", dir.path(), "--tp", "2", "--arch", "sm_90", "--batches", "8"};

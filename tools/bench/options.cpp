@@ -220,14 +220,18 @@ Options parse_options(int argc, char** argv, bool& help) {
   app.add_flag("--kernels", o.kernels);
   app.add_option("--json", o.json);
   app.add_option("--cache-dir", o.cache_dir)->check([](const std::string& dir) {
-    return dir.empty() ? std::string("--cache-dir needs a folder") : std::string();
+    return dir.empty() ? std::string("needs a folder") : std::string();
   });
-  app.add_option_function<std::string>("--arch", [&](const std::string& arch) {
-    if (!arch.starts_with("sm_")) {
-      throw CLI::ValidationError(fmt::format("--arch {}: expected an architecture such as sm_90 or sm_100a", arch));
+  // Repeatable, one value each time; every value checked.
+  auto archs = [&](const std::vector<std::string>& given) {
+    for (const std::string& arch : given) {
+      if (!arch.starts_with("sm_")) {
+        throw CLI::ValidationError(fmt::format("--arch {}: expected an architecture such as sm_90 or sm_100a", arch));
+      }
     }
-    o.archs.push_back(arch);
-  });
+    o.archs = given;
+  };
+  app.add_option_function<std::vector<std::string>>("--arch", archs)->allow_extra_args(false);
   // Hidden (no group): set by the parent for the processes it starts.
   app.add_option_function<std::string>(
          "--phase", [&](const std::string& text) { o.phase = text == "cold" ? Phase::cold : Phase::bench; })
