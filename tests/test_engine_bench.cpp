@@ -80,6 +80,8 @@ TEST(EngineBench, UsageErrorsExitTwo) {
     const auto result = engine(dir.path(), args);
     EXPECT_EQ(result.exit_code, 2) << ::testing::PrintToString(args) << "\n" << result.output;
     EXPECT_NE(result.output.find("pooler-kernel-bench --engine: "), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find(args.front()), std::string::npos) << "the error names the flag\n" << result.output;
+    EXPECT_EQ(result.output.find("--engine: --engine"), std::string::npos) << result.output;
     EXPECT_EQ(testing::entry_files(dir.path()).size(), 0u) << "a usage error compiles nothing";
   }
 }
