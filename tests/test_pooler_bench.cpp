@@ -79,27 +79,33 @@ TEST(PoolerBench, ExampleHelpNeedsNoDriver) {
 }
 
 TEST(PoolerBench, UsageErrorsExitTwo) {
-  const std::vector<std::vector<std::string>> bad = {
-      {"--bogus"},
-      {"--batches", "0"},
-      {"--batches", "1,,2"},
-      {"--batches", "64"},  // above the default capacity
-      {"--tp", "9"},
-      {"--layers", "4", "--edge-layers", "4"},  // no such layer
-      {"--replays"},                            // no value
-      {"--arch", "90"},
-      {"--transport", "mailbox"},
-      {"--phase", "bench"},  // the hidden flags need each other
-      {"--rank", "0", "--ranks", "2"},
-      {"--tp", "3", "--arch", "sm_90", "--batches", "8"},  // no forms for TP3 (no-GPU path)
+  struct Bad {
+    std::vector<std::string> args;
+    std::string flag;  // the flag the error names
   };
-  for (const auto& args : bad) {
+  const std::vector<Bad> bad = {
+      {{"--bogus"}, "--bogus"},
+      {{"--batches", "0"}, "--batches"},
+      {{"--batches", "1,,2"}, "--batches"},
+      {{"--batches", "64"}, "--capacity"},  // above the default capacity
+      {{"--tp", "9"}, "--tp"},
+      {{"--layers", "4", "--edge-layers", "4"}, "--edge-layers"},  // no such layer
+      {{"--replays"}, "--replays"},                                // no value
+      {{"--arch", "90"}, "--arch"},
+      {{"--transport", "mailbox"}, "--transport"},
+      {{"--phase", "bench"}, "--phase"},  // the hidden flags need each other
+      {{"--rank", "0", "--ranks", "2"}, "--rank"},
+      {{"--tp", "3", "--arch", "sm_90", "--batches", "8"}, "--tp"},  // TP 3 is not a tensor-parallel size
+  };
+  for (const Bad& one : bad) {
     ScratchDir dir;
-    std::vector<std::string> full = args;
+    std::vector<std::string> full = one.args;
     full.insert(full.end(), {"--cache-dir", dir.path()});
     const auto result = bench(full);
-    EXPECT_EQ(result.exit_code, 2) << ::testing::PrintToString(args) << "\n" << result.output;
+    EXPECT_EQ(result.exit_code, 2) << ::testing::PrintToString(one.args) << "\n" << result.output;
     EXPECT_NE(result.output.find("pooler-bench: "), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find(one.flag), std::string::npos) << one.flag << " is not named\n" << result.output;
+    EXPECT_EQ(testing::entry_files(dir.path()).size(), 0u) << "a usage error compiles nothing";
   }
 }
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "pooler/error.hpp"
+#include "runtime/comm/mailbox.hpp"
 #include "tools/harness/cli.hpp"
 
 namespace pooler::bench {
@@ -148,6 +149,7 @@ void finish(Options& o, const Given& given, bool edges_given) {
           fmt::format("--edge-layers: layer {} does not exist ({} layers: 0 to {})", layer, o.layers, o.layers - 1));
     }
   }
+  if (o.tp > 0) check_tensor_parallel("--tp", o.tp);
   for (int b : o.batches) {
     if (b > o.capacity) {
       throw InvalidArgument(
