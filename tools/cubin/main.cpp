@@ -474,6 +474,23 @@ BuildRequest finish_build(BuildFlags flags) {
   return request;
 }
 
+// The first argument that is neither an option nor --cache-dir's value must be a command:
+// InvalidArgument naming it otherwise (CLI11 alone says only "A subcommand is required").
+void check_command(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--cache-dir") {
+      ++i;
+    } else if (!arg.starts_with("-")) {
+      for (const Command& known : kCommands) {
+        if (arg == known.name) return;
+      }
+      throw InvalidArgument(
+          fmt::format("unknown command {} (list, show, sass, verify, clear or build)", printable(arg)));
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -498,6 +515,7 @@ int main(int argc, char** argv) {
   BuildRequest request;
   try {
     if (argc < 2) throw InvalidArgument("a command is needed (list, show, sass, verify, clear or build)");
+    check_command(argc, argv);
     if (!tools::parse(app, argc, argv)) return kOk;
     request = finish_build(flags);
   } catch (const InvalidArgument& error) {
