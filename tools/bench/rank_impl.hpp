@@ -1,10 +1,10 @@
 // pooler-bench's rank (tools/bench/rank.hpp) inside: the Rank class, whose
-// members are defined by concern in
-//   bench_rank.cpp          run_rank, the set-up, the Pooler's construction
-//   bench_rank_stock.cpp    the stock path's pieces (cuBLAS, then the harness's
+// members are defined by concern in (tools/bench/)
+//   rank.cpp                run_rank, the set-up, the Pooler's construction
+//   rank_stock.cpp          the stock path's pieces (cuBLAS, then the harness's
 //                           StockPath) and the data fill
-//   bench_rank_measure.cpp  the read ceiling, the data, the calibration, timing
-//   bench_rank_batch.cpp    one batch: the bit-for-bit check and the timed graphs
+//   rank_measure.cpp        the read ceiling, the data, the calibration, timing
+//   rank_batch.cpp          one batch: the bit-for-bit check and the timed graphs
 // Private to those files.
 #pragma once
 

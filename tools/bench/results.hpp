@@ -10,7 +10,7 @@
 // Figure names: "b8.fused.median" is the median per-layer time of the fused
 // graph at b = 8, in microseconds (stats: median, p10, p90, min, max, mean; graphs:
 // stock, fused, gemm, cublas, allgather, gather, tail); "b8.check.mismatches",
-// "construction.ms", "read.gbps" and so on (see bench_rank.cpp).
+// "construction.ms", "read.gbps" and so on (see tools/bench/rank.cpp).
 #pragma once
 
 #include <cstdio>

@@ -1,17 +1,17 @@
 // pooler-kernel-bench's parts: the options, what every section shares, and the
-// sections themselves (one file each, kernel_bench_<section>.cpp), which
-// pooler_kernel_bench.cpp runs in order after the read ceiling:
+// sections themselves (one file each in tools/kernel_bench/), which main.cpp runs
+// in order after the read ceiling:
 //
-//   read ceiling  kernel_bench_read.cpp: what a read-only kernel reaches (not a
-//                 section: every later figure is compared with it)
-//   gemm          kernel_bench_gemm.cpp: the pooler GEMM with cold weights, PDL
-//                 off and on, against cuBLAS (--sweep: other shapes; --trace)
-//   consumers     kernel_bench_consumers.cpp: the mailbox consumers through a
-//                 loopback mailbox against the stock norm + quantize
+//   read ceiling  read.cpp: what a read-only kernel reaches (not a section:
+//                 every later figure is compared with it)
+//   gemm          gemm.cpp: the pooler GEMM with cold weights, PDL off and on,
+//                 against cuBLAS (--sweep: other shapes; --trace)
+//   consumers     consumers.cpp: the mailbox consumers through a loopback
+//                 mailbox against the stock norm + quantize
 //
 // A new section: a Section in a file of its own, added to sections() in
-// pooler_kernel_bench.cpp; it lists its forms (compiled up front with the
-// others), prints its table, and writes its own JSON member.
+// main.cpp; it lists its forms (compiled up front with the others), prints its
+// table, and writes its own JSON member.
 #pragma once
 
 #include <chrono>
@@ -61,8 +61,8 @@ struct Options {
   std::string json;
 };
 
-// Parses argv (argv[0] is the program); prints the usage and exits 0 for
-// -h/--help. Throws InvalidArgument naming the flag and what it expects.
+// Parses argv (argv[0] is the program). Throws InvalidArgument naming the flag and what
+// it expects; `help` is set after -h/--help or --version, whose text is printed on stdout.
 Options parse_options(int argc, char** argv, bool& help);
 
 // The streaming-read ceiling every section compares with.
