@@ -105,9 +105,21 @@ TEST_F(CubinTool, HelpAndUsageErrors) {
   }
   EXPECT_EQ(run_process({POOLER_CUBIN_TOOL, "--help"}).exit_code, 0);
   EXPECT_EQ(run_process({POOLER_CUBIN_TOOL}).exit_code, 2);
-  EXPECT_EQ(tool({"frobnicate"}).exit_code, 2);
+  const auto unknown = tool({"frobnicate"});
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.output.find("unknown command frobnicate"), std::string::npos) << unknown.output;
   EXPECT_EQ(tool({"list", "extra"}).exit_code, 2);
   EXPECT_EQ(run_process({POOLER_CUBIN_TOOL, "--bogus"}).exit_code, 2);
+  // build's values are checked, and the error names the flag; --x=y is --x y.
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{{"build", "--tp", "0"},
+                                                                                    {"build", "--batches=1,,2"},
+                                                                                    {"build", "--hidden", "abc"},
+                                                                                    {"build", "--norm", "x"}}) {
+    const auto result = tool(args);
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    const std::string flag = args[1].substr(0, args[1].find('='));
+    EXPECT_NE(result.output.find(flag), std::string::npos) << flag << " is not named\n" << result.output;
+  }
 }
 
 void write_entry(const std::string& path, const CacheEntry& entry) {

@@ -16,8 +16,8 @@
 #include "runtime/jit/cubin_elf.hpp"
 #include "runtime/jit/kernel_cache.hpp"
 #include "support/process.hpp"
-#include "tools/kernel_bench_engine.hpp"
-#include "tools/kernel_bench_engine_report.hpp"
+#include "tools/kernel_bench/engine.hpp"
+#include "tools/kernel_bench/engine_report.hpp"
 
 namespace pooler {
 namespace {
@@ -80,6 +80,8 @@ TEST(EngineBench, UsageErrorsExitTwo) {
     const auto result = engine(dir.path(), args);
     EXPECT_EQ(result.exit_code, 2) << ::testing::PrintToString(args) << "\n" << result.output;
     EXPECT_NE(result.output.find("pooler-kernel-bench --engine: "), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find(args.front()), std::string::npos) << "the error names the flag\n" << result.output;
+    EXPECT_EQ(result.output.find("--engine: --engine"), std::string::npos) << result.output;
     EXPECT_EQ(testing::entry_files(dir.path()).size(), 0u) << "a usage error compiles nothing";
   }
 }
@@ -105,7 +107,10 @@ TEST(EngineBench, OptionsAndTheSizesTheyGive) {
     args.insert(args.begin(), {"pooler-kernel-bench", "--engine"});
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
-    return bench::parse_engine_options(static_cast<int>(argv.size()), argv.data());
+    bool help = false;
+    bench::EngineOptions options = bench::parse_engine_options(static_cast<int>(argv.size()), argv.data(), help);
+    EXPECT_FALSE(help);
+    return options;
   };
   const bench::EngineOptions defaults = parse({});
   EXPECT_EQ(defaults.tps, (std::vector<int>{1, 2, 4, 8}));

@@ -20,7 +20,7 @@
 #include "runtime/pooler_config.hpp"
 #include "runtime/pooler_forms.hpp"
 #include "support/process.hpp"
-#include "tools/bench_forms.hpp"
+#include "tools/harness/bench_forms.hpp"
 
 namespace pooler {
 namespace {
@@ -80,28 +80,49 @@ TEST(PoolerBench, ExampleHelpNeedsNoDriver) {
 }
 
 TEST(PoolerBench, UsageErrorsExitTwo) {
-  const std::vector<std::vector<std::string>> bad = {
-      {"--bogus"},
-      {"--batches", "0"},
-      {"--batches", "1,,2"},
-      {"--batches", "64"},  // above the default capacity
-      {"--tp", "9"},
-      {"--layers", "4", "--edge-layers", "4"},  // no such layer
-      {"--replays"},                            // no value
-      {"--arch", "90"},
-      {"--transport", "mailbox"},
-      {"--phase", "bench"},  // the hidden flags need each other
-      {"--rank", "0", "--ranks", "2"},
-      {"--tp", "3", "--arch", "sm_90", "--batches", "8"},  // no forms for TP3 (no-GPU path)
+  struct Bad {
+    std::vector<std::string> args;
+    std::string flag;  // the flag the error names
   };
-  for (const auto& args : bad) {
+  const std::vector<Bad> bad = {
+      {{"--bogus"}, "--bogus"},
+      {{"--batches", "0"}, "--batches"},
+      {{"--batches", "1,,2"}, "--batches"},
+      {{"--batches", "64"}, "--capacity"},  // above the default capacity
+      {{"--tp", "9"}, "--tp"},
+      {{"--layers", "4", "--edge-layers", "4"}, "--edge-layers"},  // no such layer
+      {{"--replays"}, "--replays"},                                // no value
+      {{"--arch", "90"}, "--arch"},
+      {{"--transport", "mailbox"}, "--transport"},
+      {{"--phase", "bench"}, "--phase"},  // the hidden flags need each other
+      {{"--rank", "0", "--ranks", "2"}, "--rank"},
+      {{"--tp", "3", "--arch", "sm_90", "--batches", "8"}, "--tp"},  // TP 3 is not a tensor-parallel size
+  };
+  for (const Bad& one : bad) {
     ScratchDir dir;
-    std::vector<std::string> full = args;
+    std::vector<std::string> full = one.args;
     full.insert(full.end(), {"--cache-dir", dir.path()});
     const auto result = bench(full);
-    EXPECT_EQ(result.exit_code, 2) << ::testing::PrintToString(args) << "\n" << result.output;
+    EXPECT_EQ(result.exit_code, 2) << ::testing::PrintToString(one.args) << "\n" << result.output;
     EXPECT_NE(result.output.find("pooler-bench: "), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find(one.flag), std::string::npos) << one.flag << " is not named\n" << result.output;
+    EXPECT_EQ(testing::entry_files(dir.path()).size(), 0u) << "a usage error compiles nothing";
   }
+}
+
+// The command line's spellings: --x=y is --x y (its value read and checked), and --arch repeats,
+// one value each time, every value checked.
+TEST(PoolerBench, EqualsFormAndRepeatedArch) {
+  const auto equals = bench({"--hidden=31"});
+  EXPECT_EQ(equals.exit_code, 2) << equals.output;
+  EXPECT_NE(equals.output.find("--hidden 31: expected a number in [32, "), std::string::npos) << equals.output;
+  // Two architectures parse: the error is the later one about the layers, not --arch.
+  const auto two = bench({"--arch", "sm_90", "--arch", "sm_100a", "--layers", "4", "--edge-layers", "4"});
+  EXPECT_EQ(two.exit_code, 2) << two.output;
+  EXPECT_NE(two.output.find("--edge-layers: layer 4 does not exist"), std::string::npos) << two.output;
+  const auto bad = bench({"--arch", "sm_90", "--arch", "90"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--arch 90: expected an architecture"), std::string::npos) << bad.output;
 }
 
 TEST(PoolerBench, WithoutAGpuCompilesEveryFormAndPrintsTheKernelTable) {

@@ -46,6 +46,7 @@ check_cxx() { find_cxx; }
 check_spdlog() { header spdlog/spdlog.h; }
 check_fmt() { header fmt/format.h; }
 check_json() { header nlohmann/json.hpp; }
+check_cli11() { header CLI/CLI.hpp; }
 check_gtest() { header gtest/gtest.h && { library libgtest.a || library libgtest.so; }; }
 check_openssl() { header openssl/sha.h && { library libcrypto.so || library libcrypto.a; }; }
 check_cuda() { [[ -e $cuda/include/cuda.h && -e $cuda/include/nvrtc.h ]]; }
@@ -75,6 +76,7 @@ requirements=(
   "spdlog headers|check_spdlog|libspdlog-dev|install spdlog >= 1.10 headers (libspdlog-dev)"
   "fmt headers|check_fmt|libfmt-dev|install fmt >= 9 headers (libfmt-dev)"
   "nlohmann/json headers (the benchmark reports)|check_json|nlohmann-json3-dev|install nlohmann/json >= 3.10 headers (nlohmann-json3-dev)"
+  "CLI11 headers (the tools' command lines)|check_cli11|libcli11-dev|install CLI11 >= 2.1 headers (libcli11-dev), or configure with -DPOOLER_BUILD_TOOLS=OFF -DPOOLER_BUILD_TESTS=OFF"
   "GoogleTest|check_gtest|libgtest-dev|install GoogleTest (libgtest-dev), or configure with -DPOOLER_BUILD_TESTS=OFF"
   "OpenSSL libcrypto|check_openssl|libssl-dev|install OpenSSL 3 headers and libcrypto (libssl-dev)"
   "CUDA 13 toolkit headers (cuda.h, nvrtc.h)|check_cuda||install the CUDA 13 toolkit (with NVRTC) and set CUDA_HOME (now $cuda)"

@@ -1,6 +1,6 @@
 /* pooler's C interface, exported by libpooler.so beside the C++ API of
  * pooler/pooler.hpp, for engines that are not C++ or that load the library at
- * run time (Python's ctypes: tools/pooler_torch.py).
+ * run time (Python's ctypes: examples/pooler_torch.py).
  *
  * Compiles as C99 and as C++; needs neither cuda.h nor nccl.h: device memory
  * is a uint64_t address (a CUdeviceptr, a torch tensor's data_ptr()), a

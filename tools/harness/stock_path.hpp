@@ -1,7 +1,7 @@
 // The stock path of one rank, as an engine runs it without the fused gather
 // (docs/design/numerics.md, "The stock path"): an ncclAllGather of the
 // [b, P / tp] shards, the rearrange of [tp][b][P / tp] into rows [b, P] (rank
-// r's block in columns [r W, (r + 1) W); tools/kernels/bench_stock.cu), the
+// r's block in columns [r W, (r + 1) W); tools/harness/kernels/bench_stock.cu), the
 // stock norm, then for NVFP4 layers the stock quantize. The reference the
 // tests and pooler-bench compare the fused outputs with, bit for bit.
 //

@@ -1,4 +1,4 @@
-// The benchmark kernels (tools/kernels/*.cu), embedded into the harness by
+// The benchmark kernels (tools/harness/kernels/*.cu), embedded into the harness by
 // tools/CMakeLists.txt. A tool's main (and the tests' main) hands them to
 // register_templates before anything is compiled.
 #pragma once

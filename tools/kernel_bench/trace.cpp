@@ -1,0 +1,233 @@
+#include "tools/kernel_bench/trace.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "pooler/error.hpp"
+#include "tools/harness/graph.hpp"
+#include "tools/harness/stats.hpp"
+
+namespace pooler::bench {
+
+namespace {
+
+using harness::Graph;
+using harness::median;
+
+// Microseconds from `origin` (ns) to mark m of r.
+double us(const GemmTraceRecord& r, int m, unsigned long long origin) {
+  return (static_cast<double>(r.ns[static_cast<std::size_t>(m)]) - static_cast<double>(origin)) / 1e3;
+}
+
+// The GEMM records of each launch in [0, launches).
+std::vector<std::vector<const GemmTraceRecord*>> by_launch(const std::vector<GemmTraceRecord>& records, int launches) {
+  std::vector<std::vector<const GemmTraceRecord*>> out(static_cast<std::size_t>(launches));
+  for (const GemmTraceRecord& r : records) out[static_cast<std::size_t>(r.launch)].push_back(&r);
+  return out;
+}
+
+// When a launch's PDL wait ended: its first CTA's mark.
+unsigned long long wait_ended(const std::vector<const GemmTraceRecord*>& launch, int index) {
+  unsigned long long t = 0;
+  for (const GemmTraceRecord* r : launch) {
+    const unsigned long long w = r->ns[GemmTrace::kWaited];
+    if (w != 0 && (t == 0 || w < t)) t = w;
+  }
+  if (t == 0) throw Error(fmt::format("trace: no GEMM CTA of launch {} recorded its PDL wait", index));
+  return t;
+}
+
+}  // namespace
+
+std::vector<GemmTraceRecord> trace_chain(const Stream& stream, const GemmTrace& trace, int launches,
+                                         const std::function<void(int)>& enqueue) {
+  const Graph graph(stream.get(), "the traced chain's graph", [&] {
+    for (int i = 0; i < launches; ++i) enqueue(i);
+  });
+  graph.launch(stream.get());  // warm-up, not recorded
+  reset_gemm_trace(trace, stream.get());
+  graph.launch(stream.get());
+  stream.synchronize();
+  return read_gemm_trace(trace, launches);
+}
+
+std::string summarize_trace(const std::vector<GemmTraceRecord>& records, int launches) {
+  if (launches < 4) throw InvalidArgument(fmt::format("a trace summary needs at least 4 launches, not {}", launches));
+  const std::vector<std::vector<const GemmTraceRecord*>> of_launch = by_launch(records, launches);
+  auto waited = [&](int launch) { return wait_ended(of_launch[static_cast<std::size_t>(launch)], launch); };
+  std::vector<double> period, sms, doubled, x_med, x_last, first, loop_first, loop_med, loop_last, done_last,
+      next_start;
+  for (int i = 1; i + 1 < launches; ++i) {
+    const auto& ctas = of_launch[static_cast<std::size_t>(i)];
+    const unsigned long long origin = waited(i);
+    std::map<int, int> per_sm;
+    std::vector<double> x, f, loop, done;
+    for (const GemmTraceRecord* r : ctas) {
+      ++per_sm[r->sm];
+      x.push_back(us(*r, GemmTrace::kXStaged, origin));
+      f.push_back(us(*r, GemmTrace::kFirstData, origin));
+      loop.push_back(us(*r, GemmTrace::kLoopDone, origin));
+      if (r->ns[GemmTrace::kDone] != 0) done.push_back(us(*r, GemmTrace::kDone, origin));
+    }
+    std::sort(x.begin(), x.end());
+    std::sort(loop.begin(), loop.end());
+    period.push_back((static_cast<double>(waited(i + 1)) - static_cast<double>(origin)) / 1e3);
+    sms.push_back(static_cast<double>(per_sm.size()));
+    doubled.push_back(
+        static_cast<double>(std::count_if(per_sm.begin(), per_sm.end(), [](const auto& e) { return e.second > 1; })));
+    x_med.push_back(median(x));
+    x_last.push_back(x.back());
+    first.push_back(median(f));
+    loop_first.push_back(loop.front());
+    loop_med.push_back(median(loop));
+    loop_last.push_back(loop.back());
+    done_last.push_back(done.empty() ? 0.0 : *std::max_element(done.begin(), done.end()));
+    std::vector<double> starts;
+    for (const GemmTraceRecord* r : of_launch[static_cast<std::size_t>(i + 1)]) {
+      starts.push_back(us(*r, GemmTrace::kStart, origin));
+    }
+    next_start.push_back(median(starts));
+  }
+  return fmt::format(
+      "trace of launches 1-{} of {} (medians over them; us after the launch's PDL wait ended): period {:.2f}; "
+      "{:.0f} SMs ({:.0f} with two CTAs); x staged {:.2f} (last CTA {:.2f}); first w used {:.2f}; MMAs done "
+      "{:.2f} / {:.2f} / {:.2f} (first / median / last CTA); outputs stored {:.2f} (last CTA); the next launch's "
+      "CTAs start at {:.2f} (median)",
+      launches - 2, launches, median(period), median(sms), median(doubled), median(x_med), median(x_last),
+      median(first), median(loop_first), median(loop_med), median(loop_last), median(done_last), median(next_start));
+}
+
+void write_trace(const std::string& path, const std::vector<GemmTraceRecord>& records) {
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "w"), &std::fclose);
+  if (!file) throw Error(fmt::format("cannot write the trace {}", path));
+  unsigned long long origin = 0;
+  for (const GemmTraceRecord& r : records) {
+    if (origin == 0 || r.ns[GemmTrace::kStart] < origin) origin = r.ns[GemmTrace::kStart];
+  }
+  std::fprintf(file.get(), "# launch cta sm, then us from the first start at:");
+  for (const char* name : GemmTrace::kMarkNames) std::fprintf(file.get(), " [%s]", name);
+  std::fprintf(file.get(), " (-1: not passed)\n");
+  for (const GemmTraceRecord& r : records) {
+    std::fprintf(file.get(), "%d %d %d", r.launch, r.cta, r.sm);
+    for (int m = 0; m < kGemmTraceMarks; ++m) {
+      std::fprintf(file.get(), " %.3f", r.ns[static_cast<std::size_t>(m)] == 0 ? -1.0 : us(r, m, origin));
+    }
+    std::fprintf(file.get(), "\n");
+  }
+  if (std::ferror(file.get())) throw Error(fmt::format("writing the trace {} failed", path));
+}
+
+std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
+                                  const std::vector<ConsumerTraceRecord>& consumer, int launches) {
+  if (launches < 4) throw InvalidArgument(fmt::format("a trace summary needs at least 4 launches, not {}", launches));
+  const std::vector<std::vector<const GemmTraceRecord*>> gemm_of = by_launch(gemm, launches);
+  std::vector<std::vector<const ConsumerTraceRecord*>> consumer_of(static_cast<std::size_t>(launches));
+  for (const ConsumerTraceRecord& r : consumer) consumer_of[static_cast<std::size_t>(r.launch)].push_back(&r);
+  auto waited = [&](int launch) { return wait_ended(gemm_of[static_cast<std::size_t>(launch)], launch); };
+  auto last = [](std::vector<double> v) { return v.empty() ? -1.0 : *std::max_element(v.begin(), v.end()); };
+  std::map<std::string, std::vector<double>> columns;  // name -> one value per steady layer
+  std::vector<std::string> order;
+  auto put = [&](const std::string& name, double value) {
+    if (columns.find(name) == columns.end()) order.push_back(name);
+    columns[name].push_back(value);
+  };
+  for (int i = 1; i + 1 < launches; ++i) {
+    const unsigned long long origin = waited(i);
+    auto at = [&](unsigned long long ns) {
+      return ns == 0 ? -1.0 : (static_cast<double>(ns) - static_cast<double>(origin)) / 1e3;
+    };
+    std::vector<double> start, first_data, x, loop, done, next_start;
+    for (const GemmTraceRecord* r : gemm_of[static_cast<std::size_t>(i)]) {
+      start.push_back(at(r->ns[GemmTrace::kStart]));
+      first_data.push_back(at(r->ns[GemmTrace::kFirstData]));
+      x.push_back(at(r->ns[GemmTrace::kXStaged]));
+      loop.push_back(at(r->ns[GemmTrace::kLoopDone]));
+      if (r->ns[GemmTrace::kDone] != 0) done.push_back(at(r->ns[GemmTrace::kDone]));
+    }
+    for (const GemmTraceRecord* r : gemm_of[static_cast<std::size_t>(i + 1)]) {
+      next_start.push_back(at(r->ns[GemmTrace::kStart]));
+    }
+    put("GEMM CTAs start (median)", median(start));
+    put("GEMM CTAs start (last)", last(start));
+    put("GEMM x staged", median(x));
+    put("GEMM first w used (median CTA)", median(first_data));
+    put("GEMM first w used (last CTA)", last(first_data));
+    put("GEMM MMAs done (median CTA)", median(loop));
+    put("GEMM MMAs done (last CTA)", last(loop));
+    put("GEMM published (last CTA)", last(done));
+    const ConsumerTraceRecord* cta0 = nullptr;
+    std::vector<double> finished;
+    for (const ConsumerTraceRecord* r : consumer_of[static_cast<std::size_t>(i)]) {
+      if (r->cta == 0) cta0 = r;
+      finished.push_back(at(r->ns[static_cast<std::size_t>(ConsumerMark::finished)]));
+    }
+    if (cta0 == nullptr) throw Error(fmt::format("chain trace: consumer launch {} has no record of CTA 0", i));
+    for (int m = 0; m < kConsumerTraceMarks; ++m) {
+      if (m == static_cast<int>(ConsumerMark::quantized) && cta0->ns[static_cast<std::size_t>(m)] == 0) continue;
+      put(fmt::format("consumer CTA 0 {}", kConsumerMarkNames[m]), at(cta0->ns[static_cast<std::size_t>(m)]));
+    }
+    put("consumer last CTA finished", last(finished));
+    put("next GEMM's CTAs start (median)", median(next_start));
+    put("next GEMM's wait returns", at(waited(i + 1)));
+    for (int m = 1; m < kConsumerTraceMarks; ++m) {
+      // Cycles from the previous mark passed to this one.
+      int from = m - 1;
+      while (from > 0 && cta0->clock[static_cast<std::size_t>(from)] == 0) --from;
+      const unsigned long long to = cta0->clock[static_cast<std::size_t>(m)];
+      if (to == 0) continue;
+      put(fmt::format("cycles {} -> {}", kConsumerMarkNames[from], kConsumerMarkNames[m]),
+          static_cast<double>(to - cta0->clock[static_cast<std::size_t>(from)]));
+    }
+  }
+  std::string out = fmt::format(
+      "      medians over layers 1-{} of {}, us after the layer's GEMM's PDL wait (cycles: CTA 0 of the consumer)\n",
+      launches - 2, launches);
+  for (const std::string& name : order) {
+    out += fmt::format("      {:<34} {:9.2f}\n", name, median(columns[name]));
+  }
+  return out;
+}
+
+void write_chain_trace(const std::string& path, const std::vector<GemmTraceRecord>& gemm,
+                       const std::vector<ConsumerTraceRecord>& consumer) {
+  std::unique_ptr<FILE, int (*)(FILE*)> file(std::fopen(path.c_str(), "w"), &std::fclose);
+  if (!file) throw Error(fmt::format("cannot write the chain trace {}", path));
+  unsigned long long origin = 0;
+  for (const GemmTraceRecord& r : gemm) {
+    if (origin == 0 || r.ns[GemmTrace::kStart] < origin) origin = r.ns[GemmTrace::kStart];
+  }
+  for (const ConsumerTraceRecord& r : consumer) {
+    if (origin == 0 || r.ns[0] < origin) origin = r.ns[0];
+  }
+  auto us = [&](unsigned long long ns) {
+    return ns == 0 ? -1.0 : (static_cast<double>(ns) - static_cast<double>(origin)) / 1e3;
+  };
+  std::fprintf(file.get(), "# gemm launch cta sm, then us from the first start at:");
+  for (const char* name : GemmTrace::kMarkNames) std::fprintf(file.get(), " [%s]", name);
+  std::fprintf(file.get(), "\n# consumer launch cta sm, then us from the first start at:");
+  for (const char* name : kConsumerMarkNames) std::fprintf(file.get(), " [%s]", name);
+  std::fprintf(file.get(), ", then cycles after its start at each (-1: not passed)\n");
+  for (const GemmTraceRecord& r : gemm) {
+    std::fprintf(file.get(), "gemm %d %d %d", r.launch, r.cta, r.sm);
+    for (int m = 0; m < kGemmTraceMarks; ++m) std::fprintf(file.get(), " %.3f", us(r.ns[static_cast<std::size_t>(m)]));
+    std::fprintf(file.get(), "\n");
+  }
+  for (const ConsumerTraceRecord& r : consumer) {
+    std::fprintf(file.get(), "consumer %d %d %d", r.launch, r.cta, r.sm);
+    for (int m = 0; m < kConsumerTraceMarks; ++m) {
+      std::fprintf(file.get(), " %.3f", us(r.ns[static_cast<std::size_t>(m)]));
+    }
+    for (int m = 0; m < kConsumerTraceMarks; ++m) {
+      const unsigned long long c = r.clock[static_cast<std::size_t>(m)];
+      std::fprintf(file.get(), " %lld", c == 0 ? -1LL : static_cast<long long>(c - r.clock[0]));
+    }
+    std::fprintf(file.get(), "\n");
+  }
+  if (std::ferror(file.get())) throw Error(fmt::format("writing the chain trace {} failed", path));
+}
+
+}  // namespace pooler::bench
