@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """CI: checks what .ci/python.sh builds. Exit status 1 with one line per fault.
 
   check_dist.py sdist SDIST.tar.gz   the sdist holds every tracked file the wheel's build reads

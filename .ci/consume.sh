@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs BUILD_DIR into PREFIX, checks the installed libpooler.so (SONAME with
 # the ABI version, nothing of CUDA needed at load time, only pooler's symbols
 # exported, no empty or relative RUNPATH element, nor in the tools), builds

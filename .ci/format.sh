@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CI: every C, C++ and CUDA source is formatted as .clang-format says
 # (clang-format --dry-run --Werror). Installs clang-format when missing and root.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CI: the libFuzzer harnesses of tests/fuzz (the cache entry parser, the cubin
 # ELF reader) built with clang, ASan and UBSan, each run for a bounded time
 # from the seed corpus in tests/fuzz/corpus (copied: the repository's corpus is

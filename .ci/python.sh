@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CI for the Python package, as it is published: the sdist (python -m build --sdist at the root),
 # a wheel built from that sdist alone (unpacked elsewhere, no repository around it), auditwheel
 # repair to a manylinux wheel and .ci/check_dist.py over both; then a fresh virtual environment

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # CI: ThreadSanitizer over the CPU tests that use the kernel cache and the disk
 # cache from many threads (KernelCache::get from several threads, get_all's
 # pool, the driver opened from several threads), in a build of their own

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Writes OUTPUT, a C++ source holding every file of INPUTS as a byte array and
 # defining `std::span<const EmbeddedTemplate> NAMESPACE::FUNCTION()` over them,
 # so that a binary needs no source tree. The library's table is read by

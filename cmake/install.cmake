@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Install rules: libpooler.so (versioned SONAME), the public headers, the tools,
 # a CMake package (find_package(pooler) -> pooler::pooler) and a pkg-config file.
 include(CMakePackageConfigHelpers)

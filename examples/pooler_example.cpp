@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How an engine embeds pooler: one Pooler per TP rank (here, the rank of this
 // process), constructed collectively, warmed up, captured into a CUDA graph
 // and replayed. Compiled by the build (and shown in the README); run it as

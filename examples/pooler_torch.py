@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """pooler from PyTorch: an example of the `pooler` package (pip install . at the repository's root).
 
 One process per visible GPU (tp 1, 2, 4 or 8), each a rank of a torch.distributed group.

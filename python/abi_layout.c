@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Writes the Python module pooler/_layout.py: every struct, enum value and
  * version of include/pooler/pooler.h as this C compiler lays them out (field
  * names, ctypes types, offsets, sizes). The package builds its ctypes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The public API's value types: the DType helpers, TensorView, and PoolerLayer with pooler_layer
 // (include/pooler/pooler.hpp).
 #include "runtime/api_types.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The public API's value types (include/pooler/pooler.hpp: DType, TensorView, PoolerLayer and
 // pooler_layer), implemented in api_types.cpp, and the check of a tensor view that the Pooler's
 // translation units share.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C interface of include/pooler/pooler.h over the C++ API: handles own the
 // C++ objects, every exception becomes a status and a per-thread message.
 #include <chrono>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C ABI's handles: their magic numbers checked on every call, cleared at
 // destroy, and the memory of destroyed handles kept back from reuse.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What runtime/c_api.cpp shares with c_api_handles.cpp (the handles and their
 // magic numbers) and c_api_structs.cpp (the growable structs of
 // include/pooler/pooler.h, read and written at the caller's size).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C ABI's single kernels (include/pooler/pooler.h, "the seed's per-kernel entry
 // points"): the pooler GEMM, the plain gather and the gather + norm + NVFP4 consumer,
 // each compiled for one device and launched on the caller's stream, as the Python seed's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The growable structs of include/pooler/pooler.h (pooler_options,
 // pooler_layer_desc, pooler_peer_timeout_info): their headers checked, and
 // only the caller's `size` bytes read or written; the fields that an older

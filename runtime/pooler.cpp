@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Pooler's calls: run, project, publish, gather and their checks (pooler_impl.hpp).
 // None allocates, synchronises or compiles.
 #include "pooler/pooler.hpp"

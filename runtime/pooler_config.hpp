@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Options -> configuration: what a Pooler of given options compiles, in one function that the
 // Pooler, pooler-bench, pooler-cubin and the tests share, so that they list the same forms.
 #pragma once

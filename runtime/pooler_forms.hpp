@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every form a pooler configuration needs, in one place: what a Pooler compiles
 // at construction and what `pooler-cubin build` compiles ahead of time, so that
 // an engine started after the build finds every cubin on disk.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Pooler::Impl: the state of one rank's Pooler, shared by the construction
 // (pooler_setup.cpp) and the calls (pooler.cpp).
 #pragma once

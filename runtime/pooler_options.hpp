@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Pooler's bounds on its options, as free functions so that they are
 // tested without a GPU (tests/test_pooler.cpp); Pooler::Impl::validate_locally
 // applies them, so the C ABI and the Python package get them too.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Pooler's collective construction, destruction and warm-up: validate, compile,
 // agree on the configuration, choose the transport (and build the mailbox), load the
 // kernels (pooler_impl.hpp).

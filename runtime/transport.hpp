@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The choice between the Pooler's transports (include/pooler/pooler.hpp, Transport):
 // the checks of the options that concern it and the decision every rank takes alike
 // from every rank's reachability. Pure functions but for the environment lookup.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* What tests/test_c_api.c and tests/test_c_api_cpu.c (one program) share. */
 #ifndef POOLER_TESTS_C_API_CHECK_H
 #define POOLER_TESTS_C_API_CHECK_H

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ctest c_api_exports: the dynamic symbols libpooler.so defines are every C
 # function that include/pooler/pooler.h declares, the C++ API of namespace
 # pooler (the Pooler and the exception types an engine catches), and nothing

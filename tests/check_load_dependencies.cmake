@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ctest library_load_dependencies: what the dynamic loader does with the built files.
 #
 # 1. libpooler.so must load on a machine without a CUDA driver and report

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A fake CUDA driver, built as libcuda.so.1 in a folder of its own and loaded
  * through POOLER_CUDA_DRIVER: it is new enough (CUDA 13.0), resolves every
  * entry point, and its cuInit fails with CUDA_ERROR_NO_DEVICE, as the real one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A functional fake CUDA driver for the fake-NCCL harness (tests/fake_nccl.cpp):
  * built as libcuda.so.1 in a folder of its own (fake_gpu/) and loaded through
  * POOLER_CUDA_DRIVER, so that a Pooler can be built, run and checked on a

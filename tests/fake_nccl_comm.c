@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A communicator for C ABI tests on machines without a GPU: linked into the
  * test program, which exports its symbols (ENABLE_EXPORTS), so that
  * libpooler's calls of ncclCommCount, ncclCommUserRank and ncclCommCuDevice

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* tests/fake_nccl_comm.c: an NCCL communicator that needs no GPU, for the C ABI tests. */
 #ifndef POOLER_TESTS_FAKE_NCCL_COMM_H
 #define POOLER_TESTS_FAKE_NCCL_COMM_H

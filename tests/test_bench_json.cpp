@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The benchmark tools' one JSON writer (tools/harness/bench_json.*): the provenance every report
 // starts with, a NaN written as null, strings escaped, the key order kept, and a clear error for
 // a path that cannot be written.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The C ABI (include/pooler/pooler.h) from C99, linked against libpooler.so.
  *
  *   test_c_api              every check that needs no GPU, then, where a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The C ABI checks that need no GPU, for tests/test_c_api.c (the same program):
  * the library, the options and their header, NULL and bad arguments, and handles
  * that are not live ones (on tests/fake_nccl_comm.c's communicator). */

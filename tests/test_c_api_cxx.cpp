@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // include/pooler/pooler.h compiled as C++ (beside the C++ API in one
 // translation unit), and what the C program cannot easily check: the last
 // error is per thread. The C program (test_c_api.c) checks the rest.

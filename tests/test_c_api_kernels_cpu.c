@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The C ABI's single kernels and mailbox (pooler_*_compile, pooler_*_launch, pooler_mailbox,
  * pooler_rows, pooler_choose_gemm_shape) without a GPU, for tests/test_c_api.c (the same
  * program): NULL and foreign handles, bad headers and shapes refused before any device work,

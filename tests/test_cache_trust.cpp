@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the disk cache trusts and what it refuses (docs/RUNTIME.md): a folder
 // that others can write or that another user owns, an entry filed under
 // another key or holding a cubin the driver would refuse, anything but a

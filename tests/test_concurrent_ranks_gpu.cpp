@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // tp ranks of the mailbox protocol running AT THE SAME TIME on one GPU (skipped without
 // one): each rank has its own mailbox, state block, stream and consumer; rank r's publish
 // stores into every rank's mailbox. Unlike the loopback tests (one consumer, publishes in

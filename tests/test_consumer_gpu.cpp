@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The mailbox kernels on one GPU (skipped without one), through a LOOPBACK mailbox:
 // every "peer" address of the publish kernel points into the one local mailbox, and
 // the test publishes once per rank r = 0..tp-1 (each from its own random [capacity, W]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // runtime/jit/cubin_elf: cubins built here with NVRTC, read back and checked
 // against what ptxas itself printed (--ptxas-options=-v), an account that
 // does not go through the ELF; then cut-short and corrupted cubins, which

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-cubin on a cache that the test fills: list, show, sass, verify, clear,
 // --help, and exit codes that scripts can use.
 #include <gtest/gtest.h>

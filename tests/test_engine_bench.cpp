@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench --engine without a GPU: --help, usage errors, and the no-GPU path (every form
 // of the configuration compiled into a scratch cache, then "nothing to measure" and exit 0), forced
 // with POOLER_CUDA_DRIVER pointing at a missing library so that it behaves the same on a GPU machine.

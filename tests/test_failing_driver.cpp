@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A driver that is present and new enough but whose cuInit fails (no device
 // nodes, CUDA_VISIBLE_DEVICES="", a driver/library mismatch): every GPU call
 // fails with one NoDriverError that names the code, never an abort or a hang,

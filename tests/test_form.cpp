@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Specialization: deterministic rendering and exact float constants.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pooler GEMM without a GPU: every form of the model's shapes (rows 1..32,
 // N = P/tp for tp 8, 4, 2, 1, K = H) compiles for sm_90 and sm_100a with no
 // local memory, and so does every form of the fused publish (tp 1, 2, 4, 8,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pooler GEMM on a GPU (skipped without one): every batch 1..16 and 32 at
 // N = 512, 1024, 2048, 4096 and K = 8192 against the CPU reference, fresh
 // random inputs every run, poisoned outputs, every element checked; the same

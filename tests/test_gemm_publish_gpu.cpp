@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pooler GEMM's fused publish on one GPU (skipped without one), through LOOPBACK
 // mailboxes: every "peer" address points into one local mailbox, and the test runs the
 // publishing GEMM once per rank r = 0..tp-1 (each rank with its own random weights

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel cache: memory and disk hits, concurrent processes, corruption,
 // an unwritable directory, POOLER_CACHE=off, compile errors.
 #include <gtest/gtest.h>

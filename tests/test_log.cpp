@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The library's log: POOLER_LOG_DEST's values and refusals, the line format (rank
 // and pid), the callback (levels, ranks, compile workers), the one line per cold
 // compile batch, and the destinations end to end in a fresh process.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Without a CUDA driver the library starts, specializes, compiles, caches and
 // inspects; only what needs the GPU fails, with one clear error. Simulated by
 // pointing the loader at a missing library (POOLER_CUDA_DRIVER) in a child

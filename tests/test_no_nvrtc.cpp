@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Without NVRTC (libnvrtc.so.13) the library still loads and everything that
 // needs no compiler works; compiling, or computing a cache key, fails with
 // NoCompilerError naming NVRTC. NVRTC is opened once per process, so each case

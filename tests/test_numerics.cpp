@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Tests of kernel_templates/common/numerics.cuh (the conversions every kernel uses) and of
 // the CPU reference (tests/reference): hand-derived vectors for both, and exhaustive
 // comparisons of the two independent implementations over all 2^32 FP32 inputs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // numerics.cuh's software conversions equal the GPU's instructions on every
 // FP32 input (skipped without a GPU): the premise of the CPU tests, which check
 // the same software against the independent CPU reference.

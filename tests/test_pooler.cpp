@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Pooler's public API without a GPU: TensorView helpers, pooler_layer's checks
 // (each error names the value and what was expected), a Pooler with a null
 // communicator, and the test kernels of the multi-GPU tests (test_compare.cu,

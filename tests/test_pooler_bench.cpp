@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-bench without a GPU: --help, usage errors, and the no-GPU path (every
 // form of the configuration compiled into the cache, the kernel table printed,
 // exit 0), forced with POOLER_CUDA_DRIVER pointing at a missing library so that

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Pooler on GPUs: H = 8192, P = 4096, tp = 2 (skipped with fewer
 // than 2 GPUs; one test runs tp = 1 on one GPU), capacity 32.
 //

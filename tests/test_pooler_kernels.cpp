@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pooler gather's forms without a GPU: every form compiles for sm_90 and sm_100a at
 // every tensor-parallel size, without local memory (no spills, no stack arrays); bad
 // arguments are rejected with messages that name the value; the mailbox layout helpers.

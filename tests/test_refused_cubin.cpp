@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A cached cubin that passes every check of the cache (checksum, key, ELF,
 // architecture) but that the driver refuses is removed, compiled again once
 // and loaded; a refused fresh compile is final. The driver is the fake one

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sample form on a GPU (skipped without one): loaded from the cache,
 // launched with and without PDL, in a stream and in a captured CUDA graph,
 // every output element checked bit for bit against the host's arithmetic.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What of the symmetric mailbox memory needs no GPU: NCCL error messages,
 // argument checks, the peer-address arithmetic (ncclGetLsaPointer's, on a
 // window descriptor), the LSA reachability error, and the test kernel

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The symmetric mailbox memory on two GPUs (skipped with fewer): NCCL 2.28
 // symmetric windows, the peers' addresses derived on the host from the
 // window descriptor, and a round trip through them:

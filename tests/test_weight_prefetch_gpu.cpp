@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The weight prefetch on a GPU (skipped without one), between two kernels of the sample form with
 // PDL: fill writes a buffer, the prefetch brings another into L2, scale reads what fill wrote. The
 // prefetch lets scale start at once but waits for fill at its end, so scale's wait still covers

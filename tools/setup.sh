@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Sets a machine up for pooler and builds it into build/ (or BUILD_DIR).
 #
 #   tools/setup.sh [BUILD_DIR] [extra cmake arguments...]

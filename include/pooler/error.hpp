@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Errors thrown by pooler. Every message names the call or value at fault and
 // what was expected, so that an engine's log says what went wrong without a
 // debugger.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // POOLER_API marks what libpooler.so exports of the C++ API. The library is
 // compiled with hidden visibility, so only declarations carrying this macro
 // (and the C functions of pooler.h) can leave it; its version script

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The launch shape of the pooler GEMM (runtime/gemm/pooler_gemm.hpp has the rule
 // that picks one and the kernel that runs it).
 #pragma once

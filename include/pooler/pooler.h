@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* pooler's C interface, exported by libpooler.so beside the C++ API of
  * pooler/pooler.hpp, for engines that are not C++ or that load the library at
  * run time (Python's ctypes: examples/pooler_torch.py).

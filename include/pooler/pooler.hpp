@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pooler of every MoE layer of one TP rank: the pooler GEMM, the publish of
 // this rank's column block into every rank's Lamport mailbox, and the gather
 // into the NVFP4 expert input (NVFP4 layers) or the normed BF16 rows (BF16

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // mailbox.cuh: the Lamport mailbox's layout, state and device protocol. Layout, state protocol,
 // clearing, memory ordering and timeouts: docs/design/protocol.md. The structs are shared with the
 // host (runtime/comm/mailbox.hpp includes this header); the device helpers need a CUDA compiler.

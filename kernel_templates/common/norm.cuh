@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pre_expert_norm (docs/design/numerics.md): one row per CTA of POOLED / 16
 // threads, thread t owning columns [16 t, 16 t + 16). The stock norm and the
 // fused consumers call these same functions, and every rounding step is an

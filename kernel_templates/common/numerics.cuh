@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The scalar conversions of docs/design/numerics.md, shared by every kernel and
 // the host tests. Compiles under NVRTC (no libc headers), nvcc and a host C++20
 // compiler. The software conversions are integer-only so that -ftz, fast math

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVFP4 quantization of one 16-column block (numerics.md steps 1-6); the stock quantizer and the
 // fused consumers share it. One thread may hold the whole block (8 BF16 words), or kLanes = 2, 4
 // or 8 consecutive lanes of a warp 16 / kLanes values each (a consumer row over several CTAs).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // PDL as PTX (NVRTC lacks the runtime's helpers); no-ops without the launch attribute.
 // The rule each kernel follows: docs/design/protocol.md, "PDL".
 #pragma once

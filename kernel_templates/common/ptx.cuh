@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // ptx.cuh: the inline-PTX wrappers of the GEMM and the mailbox kernels. Every wrapper that touches
 // memory is asm volatile with a memory clobber (unless it says otherwise), so that no access moves
 // across pdl_wait() or is merged. Addresses must be aligned to the access size.

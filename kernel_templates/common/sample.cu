@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sample form: a fill and a scaled copy, enough to exercise the runtime
 // (specialization, compilation, caching, loading, PDL launches).
 // Constants: VALUE (float), SCALE (float), THREADS (int).

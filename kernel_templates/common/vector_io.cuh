@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A thread's BF16 words (16 values as 8 words, or fewer) through ptx.cuh's 16-byte accesses,
 // whatever the compiler proves about alignment. Addresses: 16-byte aligned unless a function says otherwise.
 #pragma once

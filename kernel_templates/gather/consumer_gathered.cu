@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The nccl transport's consumer: rows an ncclAllGather left in `gathered`, BF16 [TP][b][POOLED / TP],
 // normed, then NVFP4 (NVFP4 = 1: packed, scales) or normed BF16 (0). No mailbox: the all-gather
 // precedes it in the stream. The stock path's bits. Launch: grid (b), block (POOLED / 16).

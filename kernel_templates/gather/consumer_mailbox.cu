@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The mailbox consumer: gathers b rows from the local mailbox and norms them, then (NVFP4 = 1, the
 // NVFP4 layers) quantizes them: packed [b, POOLED / 2], scales [b, POOLED / 16]; or (NVFP4 = 0, the
 // BF16 edge layers) writes them and their pre_expert_norm: rows, normed [b, POOLED] BF16. Bit for

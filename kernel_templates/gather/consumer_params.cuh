@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // consumer_params.cuh: the mailbox consumer's kernel arguments (consumer.cu), one struct passed by
 // value and shared with the host (runtime/gather/gather_kernels.hpp includes this header), so that
 // the launcher and the kernel cannot disagree on an argument's place. The output's part is a

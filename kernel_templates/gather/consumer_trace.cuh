@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // consumer_trace.cuh: the mailbox consumers' per-CTA trace (TRACE = 1; empty otherwise). Thread 0
 // of CTA r records, for launch n < kLaunches, %globaltimer and %clock64 at each mark into
 // pooler_consumer_trace[n][r] (kCtas CTAs: a row may span several): kMarks timer words, then

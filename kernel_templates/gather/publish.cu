@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // This rank's first b rows of its [CAPACITY, W = POOLED / TP] shard into slot
 // [stage][rank] of every rank's mailbox, its own included (docs/design/protocol.md),
 // one 16-byte relaxed.sys store per peer. -0.0 is stored as +0.0: -0.0 is the

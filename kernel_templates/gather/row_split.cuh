@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // row_split.cuh: a consumer row over 1, 2, 4 or 8 CTAs (the kernels' row_ctas argument; why:
 // docs/design/protocol.md, "A row over several CTAs"). Every CTA of a row reads and sums the whole
 // row, thread t its 16 columns [16 t, 16 t + 16), so every CTA holds the same total, bit for bit.

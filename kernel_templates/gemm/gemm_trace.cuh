@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // gemm_trace.cuh: the pooler GEMM's per-CTA trace (TRACE = 1; empty otherwise). Thread 0 of CTA b
 // records %globaltimer at kMarks points and its SM into pooler_gemm_trace[launch][b]; launches past
 // kLaunches are not recorded. Why a CTA's own count numbers the launch: docs/design/gemm.md, "Trace forms".

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pooler GEMM: c[ROWS, N] = x[ROWS, K] @ w[N, K].T, BF16 in and out, FP32 accumulation.
 // Constants (set and validated by runtime/gemm/gemm_plan.cpp), entry points and design:
 // docs/design/gemm.md. Unselected entry points have an empty body.

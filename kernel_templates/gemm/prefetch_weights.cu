@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The weight prefetch: one layer's weight slice into L2 ahead of its pooler GEMM, so that the GEMM
 // reads it from L2 instead of HBM (Pooler::prefetch_weights; docs/design/gemm.md, "Weights in L2
 // before the call"). Constants: EVICT_LAST (1: the lines survive the streams of other kernels,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stock pre_expert_norm (numerics.md): rows [b, POOLED] and weight [POOLED]
 // BF16 -> normed [b, POOLED] BF16. Shares norm.cuh with the fused BF16 consumer,
 // which must reproduce its bytes.

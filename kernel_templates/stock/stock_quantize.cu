@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stock NVFP4 quantizer (numerics.md): y [b, POOLED] BF16 and a global scale
 // -> packed [b, POOLED / 2] and E4M3 scales [b, POOLED / 16], row-major, not
 // swizzled. Shares nvfp4.cuh with the fused consumer, which must reproduce its bytes.

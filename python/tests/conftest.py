@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared set-up: NVLink multicast off before anything starts NCCL (pooler refuses to start
 otherwise), and markers for what a test needs."""
 

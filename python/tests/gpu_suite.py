@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The GPU checks, for one rank of tp (test_gpu.py: tp = 1 in-process; test_tp2.py: one
 process per GPU). A synthetic Muse Spark-like model (P 4096, H 8192; BF16 edge layers first
 and last, NVFP4 between) goes through the Pooler eagerly, under torch.cuda.graph and under

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Argument checks of pooler.Pooler that need torch but no GPU: each bad value raises
 TypeError or ValueError naming it, before any NCCL work (a one-rank gloo group)."""
 

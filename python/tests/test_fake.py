@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch.ops.pooler.* without a GPU: the fake implementations give the outputs' shapes and
 dtypes, and torch.compile(fullgraph=True) traces a model that calls every op, keeping them
 in program order (the token), on the meta device. And what close() and the garbage collector

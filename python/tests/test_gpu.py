@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """tp = 1 on one GPU (gpu_suite.py says what is checked)."""
 
 import pytest

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The library's lines in Python's logging (logger "pooler"), or in POOLER_LOG_DEST when that is
 set; needs neither torch nor a GPU (pooler_log writes a line as the library does)."""
 

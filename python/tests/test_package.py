@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """What needs neither torch nor a GPU: the package, its version, the C ABI's layouts, errors."""
 
 import ctypes

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The seed's API beyond the Pooler, without a GPU: pooler_layer on a small module built like
 the stock MuseSpark1xMoE (its views and every refusal), PoolerGemmShape (the seed's fields and
 the library's rule), and the per-kernel entry points' argument checks that come before any

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """TP2: one process per GPU (torch.multiprocessing), gloo for objects and NCCL for the stock
 all-gather; gpu_suite.py says what is checked. Then a lost peer: PeerTimeout."""
 

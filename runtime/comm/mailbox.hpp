@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host side of the Lamport mailbox (kernel_templates/common/mailbox.cuh has the device side
 // and docs/design/protocol.md the protocol): the layout helpers, the peer table, and MailboxState, the owner of
 // one mailbox's device state block and its host-visible timeout record.

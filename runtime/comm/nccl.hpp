@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NCCL as pooler uses it: checked calls, and an owner for communicators that
 // tests and tools create themselves.
 //

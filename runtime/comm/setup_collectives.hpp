@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The host collectives a Pooler runs over the engine's communicator: the small votes, barriers and
 // all-gathers of its construction and warm-up (SetupCollectives), and the nccl transport's all-gather
 // of a layer's rows in run() (enqueue_all_gather_rows). The one place outside nccl.* that calls

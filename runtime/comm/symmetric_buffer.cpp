@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "runtime/comm/symmetric_buffer.hpp"
 
 #include <nccl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The mailbox's memory: one buffer per rank, allocated and mapped by NCCL 2.28
 // symmetric windows (ncclMemAlloc + ncclCommWindowRegister with
 // NCCL_WIN_COLL_SYMMETRIC), with every peer's copy addressable from this GPU.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "runtime/gather/consumer_row_split.hpp"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // How many CTAs share one row of a mailbox consumer's call (the kernels' row_ctas argument;
 // kernel_templates/gather/row_split.cuh). Each CTA of a row reads and sums the whole row, so all
 // of them hold the same total, bit for bit, and norms and quantizes 1 / row_ctas of it: the

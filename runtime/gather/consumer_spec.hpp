@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A mailbox consumer, typed: ConsumerSpec says everything its form and its launch shape follow
 // from (runtime/gather/gather_kernels.hpp has its launcher); NormConstants, the norm's constants
 // every consumer form carries. Apart from gather_kernels.hpp so that the form catalog

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading what a trace form of a mailbox consumer recorded (a ConsumerSpec with trace = true,
 // consumer_spec.hpp; a diagnostic for pooler-kernel-bench --chain
 // --trace): per launch and CTA, when thread 0 passed each step, in %globaltimer ns and in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // When a mailbox consumer lets the next launch start, and when it waits for the previous one
 // (its form's TRIGGER_BEFORE_WAIT and POLLING).
 #pragma once

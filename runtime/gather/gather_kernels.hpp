@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pooler gather's kernels: form builders (kernel_templates/gather/publish.cu,
 // consumer_mailbox.cu, stock/stock_norm.cu, stock_quantize.cu) and one small launcher per kernel.
 // The mailbox consumer is typed end to end: a ConsumerSpec yields its Form and its launch shape,

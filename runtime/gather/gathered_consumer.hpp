@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The consumer of the nccl transport (kernel_templates/gather/consumer_gathered.cu):
 // its form and launcher. It reads the [tp][b][P / tp] rows an ncclAllGather left in a
 // buffer of the Pooler's, with no mailbox, sentinel or state, and writes what the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pooler GEMM's plans: shape validation, shared-memory sizing and the form of a plan
 // (runtime/gemm/gemm_plan.hpp and pooler_gemm.hpp declare them; the rule that picks a shape is
 // runtime/tuning/gemm_rule.*; docs/design/gemm.md has the why).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A pooler GEMM problem and its shape, validated once (runtime/gemm/pooler_gemm.hpp
 // has the kernel and the launcher; runtime/tuning/gemm_rule.hpp the rule that picks a shape). Light on includes, so
 // that the list of a configuration's forms (runtime/pooler_forms.hpp) can hold plans.

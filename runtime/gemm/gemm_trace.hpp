@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reading what a trace form of the pooler GEMM recorded (pooler_gemm_form(...,
 // trace = true); a diagnostic for pooler-kernel-bench --trace and the tests):
 // per launch and CTA, when thread 0 passed each mark of GemmTrace.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pooler GEMM's launcher: loads a plan's cubin and launches the plain and publishing
 // entry points.
 #include "runtime/gemm/pooler_gemm.hpp"

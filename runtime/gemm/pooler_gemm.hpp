@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pooler GEMM, c[rows, n] = x[rows, k] @ w[n, k].T (BF16 in and out, FP32
 // accumulation, one round-to-nearest-even at the end): its launch shape, its
 // compiled form and its launcher (the rule that picks a shape: runtime/tuning/gemm_rule.hpp).

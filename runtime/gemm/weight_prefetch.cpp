@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "runtime/gemm/weight_prefetch.hpp"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The weight prefetch (kernel_templates/gemm/prefetch_weights.cu): a fire-and-forget L2 prefetch of
 // a pooler GEMM's weight slice, launched by the engine earlier in the layer (Pooler::prefetch_weights).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One compiled form as the cache keeps it, and its file format.
 //
 // File layout (little-endian), one file per entry, "<key>.entry":

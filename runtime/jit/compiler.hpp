@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVRTC: a rendered form to a cubin for one exact architecture.
 //
 // Fixed options (every one is part of the cache key):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Reads kernel resources out of a cubin (see cubin_elf.hpp for what comes from
 // where). Every offset and size the file states is checked against the bytes
 // we were given before it is used: a truncated or corrupted cubin throws

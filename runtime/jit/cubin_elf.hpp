@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A kernel's resources, read from a cubin's ELF: no GPU, no nvdisasm/cuobjdump.
 //
 // Where each value comes from (CUDA 12.x and 13.x cubins, ELF64 little-endian):

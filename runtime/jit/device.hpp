@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // RAII owners for the driver handles pooler holds: the device's primary
 // context, device and pinned host memory, streams and events. Each is
 // move-only and releases its handle exactly once.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "runtime/jit/disk_cache.hpp"
 
 #include <dirent.h>

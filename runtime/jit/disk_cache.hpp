@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The on-disk half of the kernel cache: one file per entry, "<key>.entry",
 // published atomically (temporary file in the same folder, flush, rename)
 // under a per-entry lock ("<key>.lock", flock) so that processes starting at

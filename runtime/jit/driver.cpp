@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "runtime/jit/driver.hpp"
 
 #include <dlfcn.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA driver, opened at run time: dlopen("libcuda.so.1") at first use and
 // every entry point resolved through cuGetProcAddress at an explicit version.
 // The library starts on a machine without a driver; only what needs the GPU

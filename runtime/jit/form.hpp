@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A form: one kernel template specialized with named constants. Rendering is
 // deterministic (constants sorted by name; floats as hex-float literals, so the
 // compiled value is the same float bit for bit).

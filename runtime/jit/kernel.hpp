@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loading a compiled form onto a device and launching its kernels through
 // cuLaunchKernelEx, with programmatic dependent launch (PDL) when asked.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "runtime/jit/kernel_cache.hpp"
 
 #include <pthread.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel cache: a thread-safe in-memory cache in front of the disk cache.
 // A form is rendered, keyed by SHA-256 over everything the compiler sees, and
 // compiled by NVRTC only when neither cache holds it. Concurrent requests for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The library's logger: spdlog logger "pooler", level from POOLER_LOG_LEVEL
 // (trace, debug, info, warn, error, critical, off; default warn), lines to
 // POOLER_LOG_DEST (stderr, the default; stdout; or a file, %p or %i in its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVRTC, opened at run time like the driver: dlopen("libnvrtc.so.13") at first
 // use, so that a process without the CUDA toolkit's NVRTC can still load
 // libpooler.so and gets NoCompilerError naming NVRTC instead of a loader error.

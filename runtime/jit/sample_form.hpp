@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The sample form (kernel_templates/common/sample.cu): a fill and a scaled copy that
 // exercise the runtime until the pooler's own kernels arrive.
 #pragma once

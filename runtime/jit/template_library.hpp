@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel templates: kernel_templates/*/*.cu and *.cuh, embedded into the
 // library at build time, plus the kernels a test or tool binary embeds itself
 // and registers. POOLER_TEMPLATE_DIR names a folder whose files replace the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The per-CTA records of a trace form (a diagnostic build of a kernel that records, in device
 // globals, when thread 0 of each CTA passed each mark): a launch counter per CTA and a
 // [launch][CTA][word] array of 64-bit words, a CTA's record empty while its first word is 0.

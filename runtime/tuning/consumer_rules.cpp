@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "runtime/tuning/consumer_rules.hpp"
 
 #include "runtime/tuning/gemm_rule.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The mailbox consumers' rules: when they let the next launch start and whether they poll before
 // their PDL wait (the trigger), and how many CTAs share a row (the row split). Pure functions of
 // the GEMM plans and the comparison overrides (TuningOverrides); they read no environment.

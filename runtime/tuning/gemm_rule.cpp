@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pooler GEMM's launch-shape rule (runtime/tuning/gemm_rule.hpp; docs/design/gemm.md has
 // the why): the register shape, then the on-chip path, the ring and the reduction, each with its
 // comparison override (TuningOverrides) as an argument.

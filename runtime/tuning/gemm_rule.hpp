@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The pooler GEMM's launch-shape rule: which PoolerGemmShape a Pooler compiles for rows x K @
 // (N x K).T. Pure functions of the problem and the comparison overrides (TuningOverrides; the
 // default: none, the rule's own choice); they read no environment. Every shape they return is

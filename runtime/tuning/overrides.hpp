@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The comparison overrides: the POOLER_* variables that replace one of the rules' choices
 // (runtime/tuning/rules.hpp) by a fixed one, to compare variants, and the configuration fields
 // that exist only for comparisons (a fixed GEMM shape, no fused publish). Read from the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A program against libpooler.so, built twice (tests/CMakeLists.txt):
  *
  *   abi_old_caller      against tests/abi/pooler_previous.h, a frozen header whose

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A frozen pooler.h of an earlier release of the same ABI, for tests/abi/old_caller.c: what a
  * program built before the last fields of pooler_options were appended compiled against. It
  * stands for any such release: the struct ends after `pooled` (POOLER_OPTIONS_MIN_SIZE bytes),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prints the installed library's version and the device count through the C
 // ABI, and names the C++ API's types, so that both headers compile against the
 // include folders pooler::pooler carries. Exit 0 also without a GPU.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The fake NCCL of fake_nccl.hpp. One mutex guards every world: the tests are
 // about who waits for whom, not about speed.
 #include "fake_nccl/fake_nccl.hpp"

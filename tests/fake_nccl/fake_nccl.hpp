@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A fake NCCL for tests without a GPU (tests/fake_nccl/fake_nccl.cpp): the NCCL
 // calls pooler makes, defined in the test program itself (ranks are threads of
 // it), so that the program's calls (the runtime is linked in statically) come

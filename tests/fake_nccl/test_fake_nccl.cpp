@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Getting out of dead peers, without a GPU: Poolers built, warmed up, run and
 // checked by ranks that are threads, over the fake NCCL (fake_nccl.cpp) and the
 // functional fake driver (tests/fake_gpu_driver.c; the program sets

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: the cache entry parser (parse_entry) and the check run on
 // a parsed entry (check_cubin). Each input is parsed twice: as it is, and with
 // its length and checksum made right (so mutations reach the field parser

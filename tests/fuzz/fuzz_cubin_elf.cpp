@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: the cubin ELF reader. Any input must be read or refused
 // with pooler::Error, never read outside the input (ASan, UBSan).
 #include <cstddef>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The software conversions of numerics.cuh against the GPU's own instructions,
 // over all 2^32 FP32 inputs (a test form; cheap on a GPU, impossible on a CPU).
 // counts[0..2]: mismatches of bf16, e4m3 encode, e2m1 (hardware targets only);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test-only: compares a fused output with the stock one on the device and counts what
 // differs, so that thousands of calls can be checked without a host round trip each.
 // A mismatch is counted and the first RECORDS are kept (call tag, element, both values,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test-only: copies `vectors` 16-byte vectors from `source` to `destination`,
 // either of which may be a peer GPU's memory reached through an NCCL
 // symmetric window (SymmetricBuffer::peers()). The round-trip tests of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test-only: holds this rank's stream for `ns` nanoseconds of %globaltimer, so that a
 // test can make one rank late for a call (the peers' consumers then poll). Adds the
 // time actually spent to *spent, so the test can tell the delays really happened.

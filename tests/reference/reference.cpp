@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU reference of docs/design/numerics.md. See reference.hpp for what each function promises.
 //
 // The conversions here are derived from the formats' definitions: list the

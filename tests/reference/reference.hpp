@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CPU reference of docs/design/numerics.md: the pooler GEMM, pre_expert_norm and the NVFP4
 // quantizer, written for clarity rather than speed.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test support: device-side checking of the fused outputs against the stock
 // path (tools/harness/stock_path.hpp), and late ranks.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test support: waiting for a stream without letting a hung kernel stall the test
 // run, and the copies and fills that tests enqueue around their kernels.
 //

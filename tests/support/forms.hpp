@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test support: compiling forms offline (no GPU) and checking what every form
 // must satisfy, so that each test only adds its own expectations.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test support: GPU tests skip cleanly (GTEST_SKIP) where no driver or GPU is
 // present, and run fully where one is.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test support: single-GPU "loopback" suites, which run the mailbox kernels on one GPU
 // with every peer address pointing into one local mailbox; the test publishes once per
 // rank r = 0..tp-1 itself, so the consumer sees exactly the layout a tp-GPU run gives it.

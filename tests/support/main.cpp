@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The main of every GTest program: registers the kernels the tests compile
 // besides the library's (tests/kernels, and the tools' that their tests
 // check) before any test looks a template up.

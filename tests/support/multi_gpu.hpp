@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test support for scenarios that run one rank per GPU, either as threads of one
 // process or as one process per rank, with nothing allowed to hang:
 //   - Watchdog: ends the program with a message (and whatever the test says about

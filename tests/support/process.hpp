@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test support: running a program (the cubin tool, this test binary) in a
 // child process with extra environment variables, and scratch folders.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Test support: checking that a call is refused with InvalidArgument, and for the
 // expected reason.
 #pragma once

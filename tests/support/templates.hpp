@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The test kernels (tests/kernels/*.cu), embedded into the test support by
 // tests/CMakeLists.txt; support/main.cpp registers them.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-bench: the fused pooler against the stock path, on every GPU of the
 // machine, one process per GPU. `pooler-bench --help` says what it
 // measures and how; tools/bench/rank.cpp is one rank's work.

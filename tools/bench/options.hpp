@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-bench's command line: every default of the benchmark and the
 // hidden flags that the tool passes to the per-GPU processes it starts.
 #pragma once

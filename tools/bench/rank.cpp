@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tools/bench/rank.hpp"
 #include "tools/bench/rank_impl.hpp"  // first: pooler.hpp before the kernels' numerics.cuh
 

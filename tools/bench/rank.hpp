@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One rank of pooler-bench, in a process of its own on GPU `options.rank`
 // (the parent starts one per GPU with the hidden --phase/--rank/--ranks flags).
 //

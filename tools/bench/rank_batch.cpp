@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One batch of one rank: every layer checked bit for bit against the stock
 // path, then every path timed as a CUDA graph of all layers.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-bench's rank (tools/bench/rank.hpp) inside: the Rank class, whose
 // members are defined by concern in (tools/bench/)
 //   rank.cpp                run_rank, the set-up, the Pooler's construction

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // One rank's measurements besides the batches: the read ceiling, the synthetic
 // data, the NVFP4 calibration, and how a graph is timed.
 #include <algorithm>

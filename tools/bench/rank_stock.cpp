@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stock path's pieces of one rank: what an engine runs without the fused
 // gather (cuBLAS, then tools/harness/stock_path.hpp).
 #include <algorithm>

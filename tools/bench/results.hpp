@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the per-GPU processes of pooler-bench report to the parent, and what the
 // parent prints and writes.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-cubin: the kernel cache, inspected and filled offline (no GPU needed).
 //
 //   pooler-cubin list            entries: form, constants, architecture, size,

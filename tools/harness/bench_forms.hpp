@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The forms pooler-bench compiles besides the Pooler's own: the synthetic-data
 // fill (tools/harness/kernels/bench_fill.cu), the stock path's (glue, norm, quantize:
 // tools/harness/stock_path.hpp) and the streaming-read ceiling

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one JSON writer of the benchmark tools (nlohmann/json): every report they write starts
 // with the same "provenance" object (schema version, tool, pooler version and C ABI, the git
 // commit the build was configured at, the date, the machine), keeps its keys in the order they

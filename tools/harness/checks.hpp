@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Status checks for the CUDA runtime and cuBLAS, which only the tests and tools use
 // (the library speaks to the driver API alone: POOLER_CU in runtime/jit/driver.hpp).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The command line every tool shares, over CLI11 (headers only): the --help text a tool writes
 // itself, --version, the integer lists ("1,2,4,8,16") and numbers in a range, and the one way a
 // usage error ends (InvalidArgument naming the flag; the tools exit 2 on it). CLI11 brings

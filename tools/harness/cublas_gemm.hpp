@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stock path's GEMM: cuBLAS as an engine calls it, BF16 in and out with FP32
 // compute, on one stream, with a workspace of its own so that it allocates
 // nothing during graph capture. Needs the CUDA runtime on the current device

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A CUDA graph captured from a stream and instantiated, owned: the tools replay
 // their kernels as graphs, as an engine would, and the tests replay them too.
 #pragma once

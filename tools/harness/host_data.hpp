@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host-side data helpers of the tests and tools: BF16 bits and values, and how
 // far two GEMM results may differ by summation order alone.
 #pragma once

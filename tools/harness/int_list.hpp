@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The tools' one parser of integer lists ("1,2,4,8,16"), without CLI11 (tools/harness/cli.hpp uses
 // it for every list flag; the benchmarks' sections and tests use it alone).
 #pragma once

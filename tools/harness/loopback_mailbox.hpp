@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A LOOPBACK mailbox: the mailbox kernels on one GPU, with every peer address of
 // the publish kernel pointing into the one local mailbox. A call publishes once
 // per rank r = 0..tp-1 (each rank's publish launched here), then one consumer

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The statistics the benchmark tools report over timed samples.
 #pragma once
 

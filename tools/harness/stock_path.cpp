@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tools/harness/stock_path.hpp"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stock path of one rank, as an engine runs it without the fused gather
 // (docs/design/numerics.md, "The stock path"): an ncclAllGather of the
 // [b, P / tp] shards, the rearrange of [tp][b][P / tp] into rows [b, P] (rank

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // --version, as every tool answers it: "<program> <version> (C ABI <N>)", before anything else is
 // parsed or loaded (no driver, no NCCL, no cache needed).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench --chain: the per-layer chain of Pooler::run in loopback on one GPU.
 //
 // The GPU plays rank 0 of tp = 1, 2, 4 or 8 (P = 4096, H = K = 8192, capacity 32): its

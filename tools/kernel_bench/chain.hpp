@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench --chain: the whole per-layer chain of Pooler::run on one GPU, at
 // the widths of tp = 1, 2, 4, 8 (issue 14, item 1). tools/kernel_bench/chain.cpp says how.
 #pragma once

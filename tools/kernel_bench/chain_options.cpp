@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench --chain: its command line.
 #include <cstring>
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The consumer section: the Pooler's mailbox consumers (one round trip; NVFP4,
 // and BF16 gather + norm) through a loopback mailbox (harness::LoopbackMailbox), as
 // tests/test_consumer_gpu.cpp builds it. A consumer's cost is [tp publishes +

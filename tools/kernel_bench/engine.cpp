@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench --engine: the pooler inside a surrogate decode layer, in loopback on one GPU.
 //
 // The GPU plays rank 0 of tp = 1, 2, 4 or 8. A layer, launched on one stream with PDL wherever a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench --engine: the pooler inside a surrogate decode layer, in loopback on one
 // GPU, at the widths of tp = 1, 2, 4, 8 (issue 29, item 1). tools/kernel_bench/engine.cpp says how.
 // The options, the surrogates' form and the sizes derived from the options are here, header-only

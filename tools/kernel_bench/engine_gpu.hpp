@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench --engine: what every rank of the engine rig shares on the GPU.
 #pragma once
 

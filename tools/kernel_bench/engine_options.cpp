@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench --engine: its options, the sizes they give each rank, the experts each
 // layer's tokens choose and the forms the section compiles.
 #include "pooler/pooler.hpp"  // first: PoolerOptions' defaults (the kernels' headers come after it)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench --engine: the table, its notes and the JSON.
 #include "tools/kernel_bench/engine_report.hpp"
 

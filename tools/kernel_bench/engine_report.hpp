@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench --engine: one row of figures, its table and its JSON
 // (tools/kernel_bench/engine_report.cpp).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GEMM section: the pooler GEMM for each batch and width at K = 8192, with
 // cold weights: launches rotate through enough weight copies that they add up to
 // at least 4x the L2 (and 256 MB), so every launch reads its weights from HBM.

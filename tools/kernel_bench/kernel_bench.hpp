@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench's parts: the options, what every section shares, and the
 // sections themselves (one file each in tools/kernel_bench/), which main.cpp runs
 // in order after the read ceiling:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench: the pooler GEMM against the GPU's streaming-read
 // ceiling and against cuBLAS, side by side, on one GPU.
 //

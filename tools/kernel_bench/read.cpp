@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The streaming-read ceiling: a read-only kernel (tools/harness/kernels/bench_read.cu)
 // over about 4 GB, in a few launch shapes; the best GB/s is the ceiling.
 #include <algorithm>

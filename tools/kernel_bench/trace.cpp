@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "tools/kernel_bench/trace.hpp"
 
 #include <fmt/format.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench --trace: where a PDL chain of pooler GEMM launches spends
 // its time, from a trace form's per-CTA marks (runtime/gemm/gemm_trace.hpp); and
 // --chain --trace: the same for the chain of publishing GEMM and consumer

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """pooler: the pooler step of Muse Spark's MoE decode under tensor parallelism (the pooler
 GEMM, a Lamport-mailbox gather over NCCL symmetric memory, RMSNorm with gain center and
 NVFP4 quantization, bit for bit the stock path), for PyTorch engines.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The C ABI's structs as ctypes classes, built from _layout.py: the layouts that
 python/abi_layout.c wrote at build time from include/pooler/pooler.h. Nothing
 here declares a field by hand; check() compares every field's offset and size

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The seed's per-kernel entry points: compile_pooler_gemm, compile_gather and
 compile_norm_quant, each returning a compiled form callable on torch tensors and a stream
 (the C ABI's pooler_*_compile and pooler_*_launch), and the Mailbox (a Pooler's `mailbox`)

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The seed's pooler_layer: what the Pooler reads from one stock MuseSpark1xMoE, checked
 against what the fused path assumes."""
 

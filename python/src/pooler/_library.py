@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loading libpooler.so and calling it: every status becomes an exception that
 carries the library's message (the value at fault and what was expected)."""
 

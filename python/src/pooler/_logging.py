@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """libpooler's lines into Python's logging, on logger "pooler".
 
 Loading the library registers a callback (pooler_set_log_callback) that hands each line to

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch.ops.pooler.{run, project, publish, gather}: the Pooler's calls as torch
 custom ops, so that torch.compile (fullgraph) traces a model that calls them and
 CUDA graphs capture them.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The seed's Pooler and PoolerLayer over libpooler's C ABI (see the package's docstring)."""
 
 import ctypes

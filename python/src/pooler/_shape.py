@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The seed's PoolerGemmShape: the pooler GEMM's launch shape (no torch needed)."""
 
 import ctypes

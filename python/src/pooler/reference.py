@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The stock path in plain PyTorch, for checks (numerics.md of the design): the pooler
 GEMM's product, the all-gather, pre_expert_norm (RMSNorm with gain center, in FP32)
 and the NVFP4 quantization with a saturating E4M3 (torch's float8 cast does not

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Deterministic synthetic tensors for tools/bench/main.cpp: element i of a tensor is
 // a function of (seed, i) alone, so every rank, every TP degree and every run sees
 // the same logical tensors, and gigabytes of weights appear in milliseconds instead

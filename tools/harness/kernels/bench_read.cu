@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The streaming-read ceiling for tools/kernel_bench/main.cpp: every 16-byte
 // vector of a buffer read once, as the pooler GEMM reads its weights
 // (ld.global.nc, no L1 allocation, 256-byte L2 requests), and nothing written.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The stock path's glue for tools/harness/stock_path.* (pooler-bench and the tests):
 //   - pooler_bench_rearrange: what an engine runs between ncclAllGather and the
 //     stock norm: the gathered shards [TP][b][POOLED / TP] become rows [b][POOLED]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The surrogate kernels of pooler-kernel-bench --engine (tools/kernel_bench/engine.cpp): the
 // parts of a decode layer around the pooler that are not the pooler, cheap stand-ins that move
 // the bytes the real kernels move and keep their dependencies, so that the pooler is measured
