@@ -68,8 +68,8 @@ namespace {
 using harness::Graph;
 using harness::median;
 
-constexpr int kPooled = 4096;
-constexpr int kHidden = 8192;
+constexpr int kPooled = kChainPooled;
+constexpr int kHidden = kChainHidden;
 constexpr int kCapacity = kChainCapacity;
 constexpr float kEps = 1e-5f;
 constexpr float kGainCenter = 1.0f;
@@ -130,23 +130,6 @@ std::vector<Form> chain_forms(const ChainOptions& o) {
   }
   return forms;
 }
-
-// Microseconds per layer.
-struct ChainRow {
-  int tp = 0, b = 0, n = 0;
-  std::string path;   // the GEMM's weight path (WeightPath::label)
-  bool rule = false;  // the rule's GEMM shape
-  std::string shape;
-  double floor = 0, fused = 0, gemm = 0, publish = 0, publish_gather = 0, stock = 0, stock_norm = 0;
-  ConsumerTrigger trigger = ConsumerTrigger::after_wait;  // the consumers' (consumer_trigger of the shape)
-  // Where the GEMM triggers after its wait: fused with another trigger than the rule's, in one
-  // run (waiting where the rule polls, else polling with the later trigger); -1 elsewhere.
-  double fused_alt = -1;
-  ConsumerTrigger alt_trigger = ConsumerTrigger::after_wait;
-  int row_ctas = 1;  // the NVFP4 consumers' CTAs per row
-  std::string check;
-  double gather() const { return publish_gather - publish; }
-};
 
 // Everything the chain needs on the GPU: compiled kernels, the cuBLAS handle, the
 // read ceiling.
@@ -461,49 +444,6 @@ class ChainRig {
   double ceiling_gbps_ = 0;
 };
 
-void print_row(const ChainRow& r) {
-  const std::string path = r.path + (r.rule ? "*" : "");
-  const std::string alt = r.fused_alt > 0 ? fmt::format("; alt: {}", to_string(r.alt_trigger)) : "";
-  std::printf(
-      "%3d %3d %5d %-10s %8.2f %8.2f %8.2f %6.2f %8.2f %8.2f %8.2f %8.2f %8.2f   %s  [%s; "
-      "consumers %s%s; %d CTAs per row]\n",
-      r.tp, r.b, r.n, path.c_str(), r.fused, r.fused_alt, r.floor, r.fused / r.floor, r.gemm, r.gather(), r.publish,
-      r.stock, r.stock_norm, r.check.c_str(), r.shape.c_str(), to_string(r.trigger), alt.c_str(), r.row_ctas);
-  std::fflush(stdout);
-}
-
-void write_json(const std::string& path, const ChainOptions& o, const DeviceInfo& info, double ceiling,
-                const std::vector<ChainRow>& rows) {
-  using harness::finite_or_null;
-  harness::Json list = harness::Json::array();
-  for (const ChainRow& r : rows) {
-    list.push_back(harness::Json{{"tp", r.tp},
-                                 {"b", r.b},
-                                 {"n", r.n},
-                                 {"w_path", r.path},
-                                 {"rule", r.rule},
-                                 {"shape", r.shape},
-                                 {"fused_us", finite_or_null(r.fused)},
-                                 {"fused_alt_us", finite_or_null(r.fused_alt)},
-                                 {"alt_trigger", r.fused_alt > 0 ? to_string(r.alt_trigger) : ""},
-                                 {"floor_us", finite_or_null(r.floor)},
-                                 {"gemm_us", finite_or_null(r.gemm)},
-                                 {"gather_us", finite_or_null(r.gather())},
-                                 {"publish_us", finite_or_null(r.publish)},
-                                 {"stock_us", finite_or_null(r.stock)},
-                                 {"stock_norm_us", finite_or_null(r.stock_norm)},
-                                 {"consumer_trigger", to_string(r.trigger)},
-                                 {"row_ctas", r.row_ctas},
-                                 {"check", r.check}});
-  }
-  const harness::Json report{{"device", info.name},    {"loopback", true},
-                             {"pooled", kPooled},      {"hidden", kHidden},
-                             {"capacity", kCapacity},  {"layers", o.layers},
-                             {"replays", o.replays},   {"read_ceiling_gbps", finite_or_null(ceiling)},
-                             {"rows", std::move(list)}};
-  harness::write_bench_json(path, "pooler-kernel-bench --chain", info.name, report);
-}
-
 }  // namespace
 
 int chain_main(int argc, char** argv) {
@@ -573,7 +513,7 @@ int chain_main(int argc, char** argv) {
             rows.back().stock_norm = rows[rows.size() - 2].stock_norm;
           }
           first = false;
-          print_row(rows.back());
+          print_chain_row(rows.back());
         }
       }
     }
@@ -592,7 +532,7 @@ int chain_main(int argc, char** argv) {
         "  SM); * the rule's. Total %.1f s.\n",
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     if (!o.json.empty()) {
-      write_json(o.json, o, info, ceiling, rows);
+      write_chain_json(o.json, o, info, ceiling, rows);
       std::printf("wrote %s\n", o.json.c_str());
     }
     for (const ChainRow& r : rows) {
