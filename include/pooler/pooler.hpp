@@ -195,6 +195,8 @@ class POOLER_API Pooler {
   // asynchronous error on the communicator (ncclCommGetAsyncError) or it was
   // aborted (abort_communicator). Costs a read of host memory and an NCCL
   // query; no synchronisation. After either, every call throws: rebuild.
+  // Calls already enqueued after a timeout (graph replays) wrote poison: NaN
+  // rows (BF16 layers), NVFP4 codes 0 with E4M3 NaN scales.
   //
   // Thread safety: a Pooler is used from one thread at a time, except that
   // check(), rank(), tp(), transport(), device() and options() may run on
