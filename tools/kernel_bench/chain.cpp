@@ -451,24 +451,10 @@ int chain_main(int argc, char** argv) {
     bool help = false;
     const ChainOptions o = parse_chain_options(argc, argv, help);
     if (help) return 0;
-    if (!o.trace_dir.empty()) {
-      std::error_code error;
-      std::filesystem::create_directories(o.trace_dir, error);
-      if (error) throw Error(fmt::format("--trace {}: cannot create the directory: {}", o.trace_dir, error.message()));
-    }
     const auto started = std::chrono::steady_clock::now();
-    const bool gpu_present = driver_available() && device_count() > 0;
-    const std::string arch = gpu_present ? device_info(0).architecture() : o.arch;
     KernelCache& cache = KernelCache::global();
-    const std::vector<Form> forms = chain_forms(o);
-    std::printf("chain: compiling %zu forms for %s ...\n", forms.size(), arch.c_str());
-    std::fflush(stdout);
-    cache.get_all(forms, arch);
-    if (!gpu_present) {
-      std::printf("no GPU on this machine: compiled %zu forms for %s, nothing to measure\n", forms.size(),
-                  arch.c_str());
-      return 0;
-    }
+    std::string arch;
+    if (!kernel_bench::compile_section("chain", o.trace_dir, chain_forms(o), o.arch, arch)) return 0;
     const DeviceInfo info = device_info(0);
     PrimaryContext context(0);
     ContextScope scope(context.get());

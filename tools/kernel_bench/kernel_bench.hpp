@@ -35,6 +35,12 @@
 
 namespace pooler::kernel_bench {
 
+// The start of a section run alone (--chain, --engine): the --trace folder made (when given), the
+// architecture (GPU 0's, else `fallback_arch`) into `arch`, and `forms` compiled with a line of
+// progress. False where no GPU is there to measure, said on stdout. section.cpp.
+bool compile_section(const char* section, const std::string& trace_dir, const std::vector<Form>& forms,
+                     const std::string& fallback_arch, std::string& arch);
+
 // The consumer section's fixed shape (the model's pooled width and the engine's
 // slot capacity) and norm constants.
 inline constexpr int kConsumerPooled = 4096;
