@@ -3,8 +3,8 @@
 # CI: ThreadSanitizer over the CPU tests that use the kernel cache and the disk
 # cache from many threads (KernelCache::get from several threads, get_all's
 # pool, the driver opened from several threads), in a build of their own
-# (POOLER_SANITIZE=thread). NVRTC and the driver are not instrumented; the
-# races TSan sees are pooler's.
+# (POOLER_SANITIZE=thread). NVRTC and the driver are not instrumented; what NVRTC
+# does inside itself is ignored (tsan.supp), the races TSan reports are pooler's.
 #
 #   .ci/tsan.sh
 set -euo pipefail
@@ -19,7 +19,7 @@ cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" fake_gpu_driver
 echo "tsan: built in $((SECONDS - start)) s"
 # halt_on_error: the first race fails the run. Forked children (the tests use
 # fork to run a cache in a process of its own) report too.
-export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 ${TSAN_OPTIONS:-}"
+export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/.ci/tsan.supp ${TSAN_OPTIONS:-}"
 export POOLER_LOG_LEVEL=warn
 for test in "${targets[@]}"; do
   echo "tsan: $test"
