@@ -162,9 +162,9 @@ struct ModelSpec {
   float gain_center = 1.0f;
   std::chrono::nanoseconds spin_timeout = std::chrono::seconds(5);
   bool pdl = true;
-  // The comparison overrides the Pooler gets: the environment's, read once (the ctest entries
-  // that force POOLER_CONSUMER_TRIGGER: tests/CMakeLists.txt), and fuse_publish set by the scenarios.
-  TuningOverrides overrides = overrides_from_environment();
+  // The comparison overrides the Pooler gets, set by the scenarios (fuse_publish; the consumer
+  // trigger of PoolerGpuSingle/Triggers); never the environment's POOLER_* overrides.
+  TuningOverrides overrides;
   Transport transport = Transport::automatic;
 
   int set_of(int layer) const { return layer % sets; }
@@ -332,6 +332,8 @@ struct RankEnv {
   std::uint64_t seed = 0;
   Problems* problems = nullptr;
   RankProgress* progress = nullptr;
+  // Forced on the one-rank scenario's Poolers (PoolerGpuSingle/Triggers); else the rule's.
+  std::optional<ConsumerTrigger> consumer_trigger;
 
   void at(const std::string& where) const { progress->set(rank, where); }
   void problem(const std::string& message) const { problems->add(message); }
@@ -867,8 +869,8 @@ void every_layer_at_every_batch(const RankEnv& env, Harness& harness, const Mode
 
 // How many forms each consumer has at tp 1 and 2 (no batch's GEMM holds w on chip there): the
 // after-wait form, and the polling form where some batch polls (b <= kPollingRows by the rule, every
-// b with POOLER_CONSUMER_TRIGGER=polling or polling_early), or the before-wait form with
-// POOLER_CONSUMER_TRIGGER=before_wait (ctest entries run the one-rank scenario so: tests/CMakeLists.txt).
+// b with the trigger forced to polling or polling_early), or the before-wait form with before_wait
+// forced (PoolerGpuSingle/Triggers runs the one-rank scenario so).
 std::size_t consumer_forms_each(const ModelSpec& spec) {
   if (const std::optional<ConsumerTrigger> forced = spec.overrides.consumer_trigger) {
     return *forced == ConsumerTrigger::after_wait ? 1 : 2;
@@ -878,8 +880,7 @@ std::size_t consumer_forms_each(const ModelSpec& spec) {
 
 // Every layer at every compiled b, PDL on and off; with PDL on the shards are also
 // checked against a CPU GEMM, and the forms the Pooler compiled are counted.
-void every_form(const RankEnv& env) {
-  const ModelSpec base = full_model();
+void every_form(const RankEnv& env, const ModelSpec& base = full_model()) {
   const DeviceModel model(*env.host, env.stream);
   struct Variant {
     bool pdl, fuse;
@@ -1385,18 +1386,22 @@ void run_scenario(Scenario scenario, const RankEnv& env) {
       return destruction(env);
     case Scenario::nccl:
       return nccl_transport(env);
-    case Scenario::one_rank:
-      every_form(env);
-      many_calls(env, 1'000, false);
-      graph(env, 100);
+    case Scenario::one_rank: {
+      ModelSpec spec = full_model();
+      spec.overrides.consumer_trigger = env.consumer_trigger;
+      every_form(env, spec);
+      many_calls(env, 1'000, false, spec);
+      graph(env, 100, spec);
       return;
+    }
   }
 }
 
 // One rank from context to communicator to scenario; exceptions become problems
 // (printed at once: a peer may now wait until its watchdog).
 Problems run_rank(Scenario scenario, int rank, int ranks, const ncclUniqueId& id, const HostModel& host,
-                  std::uint64_t seed, RankProgress& progress) {
+                  std::uint64_t seed, RankProgress& progress,
+                  std::optional<ConsumerTrigger> consumer_trigger = std::nullopt) {
   Problems problems;
   problems.rank = rank;
   try {
@@ -1416,6 +1421,7 @@ Problems run_rank(Scenario scenario, int rank, int ranks, const ncclUniqueId& id
     env.seed = seed;
     env.problems = &problems;
     env.progress = &progress;
+    env.consumer_trigger = consumer_trigger;
     run_scenario(scenario, env);
     testing::wait_for_stream(stream.get(), "the scenario's last work");
     progress.set(rank, "done");
@@ -1428,7 +1434,7 @@ Problems run_rank(Scenario scenario, int rank, int ranks, const ncclUniqueId& id
 }
 
 // Every rank a thread of this process, each with its GPU's primary context.
-void run_in_threads(Scenario scenario, int ranks) {
+void run_in_threads(Scenario scenario, int ranks, std::optional<ConsumerTrigger> consumer_trigger = std::nullopt) {
   const ScenarioInfo& info = info_of(scenario);
   testing::disable_nvls();
   const std::uint64_t seed = testing::fresh_seed();
@@ -1443,7 +1449,9 @@ void run_in_threads(Scenario scenario, int ranks) {
   std::vector<Problems> outcomes(sz(ranks));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < ranks; ++rank) {
-    threads.emplace_back([&, rank] { outcomes[sz(rank)] = run_rank(scenario, rank, ranks, id, host, seed, progress); });
+    threads.emplace_back([&, rank] {
+      outcomes[sz(rank)] = run_rank(scenario, rank, ranks, id, host, seed, progress, consumer_trigger);
+    });
   }
   for (std::thread& thread : threads) thread.join();
   for (const Problems& outcome : outcomes) EXPECT_EQ(outcome.count, 0) << "seed " << seed << "\n" << outcome.text();
@@ -1538,6 +1546,20 @@ TEST(PoolerGpuSingle, OneRankMatchesStock) {
   POOLER_REQUIRE_GPUS(1);
   run_in_threads(Scenario::one_rank, 1);
 }
+
+// ... again with every mailbox consumer of run() on one trigger: the rule takes before_wait only at
+// TP4's width (N = 1024, b = 1) and polls only at b <= 8, which no one-GPU Pooler covers whole.
+class PoolerGpuSingleTriggers : public ::testing::TestWithParam<ConsumerTrigger> {};
+TEST_P(PoolerGpuSingleTriggers, OneRankMatchesStock) {
+  POOLER_REQUIRE_GPUS(1);
+  run_in_threads(Scenario::one_rank, 1, GetParam());
+}
+INSTANTIATE_TEST_SUITE_P(Forced, PoolerGpuSingleTriggers,
+                         ::testing::Values(ConsumerTrigger::before_wait, ConsumerTrigger::polling,
+                                           ConsumerTrigger::polling_early),
+                         [](const ::testing::TestParamInfo<ConsumerTrigger>& param) {
+                           return std::string(to_string(param.param));
+                         });
 
 // The nccl transport forced: against the stock path and the lamport transport.
 TEST(PoolerGpuSingle, OneRankNcclTransportMatchesStockAndLamport) {
