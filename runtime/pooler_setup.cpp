@@ -201,7 +201,7 @@ void Pooler::Impl::load_mailbox() {
   const CUcontext ctx = context->get();
   const MailboxBinding binding = state->binding(mailbox->local());
   const auto timeout_ns = static_cast<unsigned long long>(o.spin_timeout.count());
-  const RowSplit split = consumer_row_split(layout.width(), o.hidden, overrides);
+  const RowCtas row_ctas = row_ctas_by_rows(consumer_row_split(layout.width(), o.hidden, overrides), o.capacity);
   auto load = [&](std::size_t index) -> const LoadedForm& {
     loaded.push_back(std::make_unique<LoadedForm>(*lookups[index].entry, ctx));
     return *loaded.back();
@@ -219,7 +219,7 @@ void Pooler::Impl::load_mailbox() {
   for (const BatchForms& batch : plan.batches) trigger_by_rows[static_cast<std::size_t>(batch.b)] = batch.trigger;
   for (const auto& [spec, form] : plan.consumers) {
     consumers.emplace(std::piecewise_construct, std::forward_as_tuple(spec),
-                      std::forward_as_tuple(spec, load(form), rank, binding, timeout_ns, split));
+                      std::forward_as_tuple(spec, load(form), rank, binding, timeout_ns, row_ctas));
   }
   for (ConsumerTrigger trigger : kAllConsumerTriggers) {
     if (!plan.has_consumers(trigger)) continue;

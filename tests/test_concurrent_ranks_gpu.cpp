@@ -31,6 +31,7 @@
 #include "runtime/jit/device.hpp"
 #include "runtime/jit/driver.hpp"
 #include "runtime/jit/kernel.hpp"
+#include "runtime/tuning/consumer_rules.hpp"
 #include "support/device_io.hpp"
 #include "support/loopback.hpp"
 #include "support/device_compare.hpp"
@@ -147,9 +148,11 @@ class Calls {
       rank.publisher.emplace(s.publish(tp), layout_, r, peers, rank.state.state());
       for (int v = 0; v < 2; ++v) {
         rank.nvfp4.emplace_back(consumer_spec(ConsumerOutput::nvfp4, tp), s.nvfp4(tp), r,
-                                rank.state.binding(rank.mailbox.get()), timeout_ns, kSplits[v]);
+                                rank.state.binding(rank.mailbox.get()), timeout_ns,
+                                row_ctas_by_rows(kSplits[v], kCapacity));
         rank.bf16.emplace_back(consumer_spec(ConsumerOutput::bf16, tp), s.bf16(tp), r,
-                               rank.state.binding(rank.mailbox.get()), timeout_ns, kSplits[v]);
+                               rank.state.binding(rank.mailbox.get()), timeout_ns,
+                               row_ctas_by_rows(kSplits[v], kCapacity));
       }
       rank.shards = DeviceBuffer(sz(calls) * shard_elements * 2);
       rank.shards.upload(shards_[sz(r)].data(), rank.shards.bytes());

@@ -1067,10 +1067,12 @@ TEST_P(ConsumerGpu, LaunchersRejectBadArguments) {
   expect_refused([&] { PublishLauncher(*s.by_tp.at(4).publish, tp4, 4, peers, state.state()); }, "rank = 4");
   expect_refused([&] { ConsumerLauncher(nvfp4_tp4, *s.by_tp.at(4).nvfp4[0], -1, binding); }, "rank = -1");
   expect_refused([&] { ConsumerLauncher(nvfp4_tp4, *s.by_tp.at(4).nvfp4[0], 0, MailboxBinding{}); }, "non-null");
-  expect_refused([&] { ConsumerLauncher(nvfp4_tp4, *s.by_tp.at(4).nvfp4[0], 0, binding, kTestTimeoutNs, RowSplit{3}); },
-                 "ctas = 3; expected 0 (the rule), 1, 2, 4 or 8");
-  expect_refused([&] { ConsumerLauncher(bf16_tp4, *s.by_tp.at(4).bf16[0], 0, binding, kTestTimeoutNs, RowSplit{16}); },
-                 "ctas = 16");
+  expect_refused(
+      [&] {
+        ConsumerLauncher(bf16_tp4, *s.by_tp.at(4).bf16[0], 0, binding, kTestTimeoutNs,
+                         RowCtas::uniform(4, kCapacity - 1));
+      },
+      "a row split for b = 1 to 31; expected one for 1 to 32");
   const MailboxPeers two = make_peers(std::vector<CUdeviceptr>(2, mailbox.get()));
   expect_refused([&] { PublishLauncher(*s.by_tp.at(4).publish, tp4, 0, two, state.state()); },
                  "rank 2's mailbox base is null");

@@ -654,6 +654,24 @@ TEST(PoolerForms, ConsumerRowsSpreadOverFourCtasAtMostAndOnlyForFewRows) {
   }
 }
 
+TEST(PoolerForms, TheLaunchersRowSplitTableIsTheRulesAtEveryRowCount) {
+  for (const RowSplit& split : {RowSplit{}, RowSplit{0, false}, RowSplit{2}, RowSplit{8}}) {
+    const RowCtas table = row_ctas_by_rows(split, 32);
+    ASSERT_EQ(table.rows(), 32);
+    for (int b = 1; b <= 32; ++b) EXPECT_EQ(table.at(b), consumer_row_ctas(split, b)) << "b " << b;
+  }
+  EXPECT_EQ(RowCtas{}.at(7), 1) << "an empty table: one CTA per row";
+  EXPECT_EQ(RowCtas::uniform(4, 3).at(3), 4);
+  testing::expect_mentions(testing::rejection([] {
+                             RowCtas({4, 2, 3});
+                           }),
+                           {"3 CTAs per row at b = 3", "expected 1, 2, 4 or 8"});
+  testing::expect_mentions(testing::rejection([] { RowCtas::uniform(16, 1); }), {"16 CTAs per row"});
+  testing::expect_mentions(testing::rejection([] { RowCtas::uniform(2, 0); }), {"rows = 0"});
+  testing::expect_mentions(testing::rejection([] { row_ctas_by_rows({}, 0); }), {"capacity = 0"});
+  testing::expect_mentions(testing::rejection([] { row_ctas_by_rows(RowSplit{3}, 4); }), {"ctas = 3"});
+}
+
 TEST(PoolerForms, ConsumerRowSplitCanBeForced) {
   TuningOverrides o;
   EXPECT_EQ(consumer_row_split(512, kHidden, o).ctas, 0) << "the rule";

@@ -51,6 +51,7 @@
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/pooler_forms.hpp"
+#include "runtime/tuning/consumer_rules.hpp"
 #include "runtime/tuning/gemm_rule.hpp"
 #include "support/device_io.hpp"
 #include "support/loopback.hpp"
@@ -289,10 +290,10 @@ class Rig {
         plain_(std::make_unique<Path>(layout_, forms, stream_.get())) {
     for (Path* path : {fused_.get(), plain_.get()}) {
       path->consumer.emplace(consumer_spec(forms.tp, false), *forms.nvfp4[0], kConsumerRank,
-                             path->state.binding(path->mailbox.get()), kTimeoutNs);
+                             path->state.binding(path->mailbox.get()), kTimeoutNs, row_ctas_by_rows({}, kCapacity));
       if (polling_) {
         path->polling.emplace(consumer_spec(forms.tp, true), *forms.nvfp4[1], kConsumerRank,
-                              path->state.binding(path->mailbox.get()), kTimeoutNs);
+                              path->state.binding(path->mailbox.get()), kTimeoutNs, row_ctas_by_rows({}, kCapacity));
       }
     }
     for (int r = 0; r < forms.tp; ++r) {

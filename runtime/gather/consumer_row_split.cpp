@@ -1,24 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "runtime/gather/consumer_row_split.hpp"
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "pooler/error.hpp"
 
 namespace pooler {
 
-int consumer_row_ctas(const RowSplit& split, int b) {
-  if (split.ctas != 0) {
-    if (split.ctas != 1 && split.ctas != 2 && split.ctas != 4 && split.ctas != 8) {
+RowCtas::RowCtas(std::vector<int> by_rows) : by_rows_(std::move(by_rows)) {
+  for (std::size_t i = 0; i < by_rows_.size(); ++i) {
+    const int ctas = by_rows_[i];
+    if (ctas != 1 && ctas != 2 && ctas != 4 && ctas != 8) {
       throw InvalidArgument(
-          fmt::format("consumer row split: ctas = {}; expected 0 (the rule), 1, 2, 4 or 8", split.ctas));
+          fmt::format("consumer row split: {} CTAs per row at b = {}; expected 1, 2, 4 or 8", ctas, i + 1));
     }
-    return split.ctas;
   }
-  int ctas = kRuleRowCtas;
-  while (ctas > 1 && static_cast<long long>(b) * ctas > kRowSplitCtas) ctas /= 2;
-  if (ctas == 1 && !split.beside_ring && 2LL * b <= kRowSplitCtasWithoutRing) ctas = 2;
-  return ctas;
+}
+
+RowCtas RowCtas::uniform(int ctas, int rows) {
+  if (rows < 1) throw InvalidArgument(fmt::format("consumer row split: rows = {}; expected >= 1", rows));
+  return RowCtas(std::vector<int>(static_cast<std::size_t>(rows), ctas));
 }
 
 }  // namespace pooler

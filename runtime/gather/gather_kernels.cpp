@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -207,8 +208,8 @@ void check_binding(const char* what, const MailboxBinding& mailbox) {
 }  // namespace
 
 ConsumerLauncher::ConsumerLauncher(const ConsumerSpec& spec, const LoadedForm& form, int rank,
-                                   const MailboxBinding& mailbox, unsigned long long timeout_ns, RowSplit split)
-    : spec_(spec), rank_(rank), mailbox_(mailbox), timeout_ns_(timeout_ns), split_(split) {
+                                   const MailboxBinding& mailbox, unsigned long long timeout_ns, RowCtas row_ctas)
+    : spec_(spec), rank_(rank), mailbox_(mailbox), timeout_ns_(timeout_ns), row_ctas_(std::move(row_ctas)) {
   const std::string expected = spec.name();
   if (form.form() != expected) {
     throw InvalidArgument(
@@ -217,7 +218,11 @@ ConsumerLauncher::ConsumerLauncher(const ConsumerSpec& spec, const LoadedForm& f
   kernel_ = form.kernel(kConsumerEntry);
   check_rank("ConsumerLauncher", rank, spec.tp);
   check_binding("ConsumerLauncher", mailbox);
-  consumer_row_ctas(split, 1);  // refuses a bad split here, not at the first launch
+  if (row_ctas_.rows() != 0 && row_ctas_.rows() < spec.capacity) {
+    throw InvalidArgument(
+        fmt::format("ConsumerLauncher: a row split for b = 1 to {}; expected one for 1 to {} (capacity)",
+                    row_ctas_.rows(), spec.capacity));
+  }
 }
 
 template <class Out>

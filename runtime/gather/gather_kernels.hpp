@@ -87,16 +87,17 @@ struct Bf16Outputs {
 // The mailbox consumer of a spec: polls the local mailbox for b rows, norms them and writes the
 // spec's output. The constructor takes the spec's loaded form (InvalidArgument unless its name
 // is spec.name()); launch() with the outputs of the spec's kind (InvalidArgument otherwise).
-// `layer` only goes into a TimeoutRecord. Grid b * row_ctas(b), P / 16 threads (`split`:
-// consumer_row_ctas).
+// `layer` only goes into a TimeoutRecord. Grid b * row_ctas(b), P / 16 threads (`row_ctas`: the
+// rule's table, runtime/tuning/consumer_rules.hpp; empty: one CTA per row; InvalidArgument unless
+// it covers 1..capacity).
 class ConsumerLauncher {
  public:
   ConsumerLauncher(const ConsumerSpec& spec, const LoadedForm& form, int rank, const MailboxBinding& mailbox,
-                   unsigned long long timeout_ns = kDefaultMailboxTimeoutNs, RowSplit split = RowSplit{});
+                   unsigned long long timeout_ns = kDefaultMailboxTimeoutNs, RowCtas row_ctas = RowCtas{});
   void launch(CUstream stream, CUdeviceptr weight, const Nvfp4Outputs& out, int b, int layer, bool pdl) const;
   void launch(CUstream stream, CUdeviceptr weight, const Bf16Outputs& out, int b, int layer, bool pdl) const;
   // The CTAs per row a launch for b rows uses.
-  int row_ctas(int b) const { return consumer_row_ctas(split_, b); }
+  int row_ctas(int b) const { return row_ctas_.at(b); }
   const ConsumerSpec& spec() const { return spec_; }
 
  private:
@@ -109,7 +110,7 @@ class ConsumerLauncher {
   int rank_;
   MailboxBinding mailbox_;
   unsigned long long timeout_ns_;
-  RowSplit split_;
+  RowCtas row_ctas_;
 };
 
 // rows [b, P] -> normed [b, P], b in [1, max_rows].

@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "runtime/tuning/consumer_rules.hpp"
 
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "pooler/error.hpp"
 #include "runtime/tuning/gemm_rule.hpp"
 
 namespace pooler {
@@ -23,6 +28,27 @@ bool ring_at_few_rows(int n, int k, const TuningOverrides& overrides) {
     if (choose_gemm_plan(n, k, b, overrides).shape().stages > 0) return true;
   }
   return false;
+}
+
+int consumer_row_ctas(const RowSplit& split, int b) {
+  if (split.ctas != 0) {
+    if (split.ctas != 1 && split.ctas != 2 && split.ctas != 4 && split.ctas != 8) {
+      throw InvalidArgument(
+          fmt::format("consumer row split: ctas = {}; expected 0 (the rule), 1, 2, 4 or 8", split.ctas));
+    }
+    return split.ctas;
+  }
+  int ctas = kRuleRowCtas;
+  while (ctas > 1 && static_cast<long long>(b) * ctas > kRowSplitCtas) ctas /= 2;
+  if (ctas == 1 && !split.beside_ring && 2LL * b <= kRowSplitCtasWithoutRing) ctas = 2;
+  return ctas;
+}
+
+RowCtas row_ctas_by_rows(const RowSplit& split, int capacity) {
+  if (capacity < 1) throw InvalidArgument(fmt::format("consumer row split: capacity = {}; expected >= 1", capacity));
+  std::vector<int> by_rows;
+  for (int b = 1; b <= capacity; ++b) by_rows.push_back(consumer_row_ctas(split, b));
+  return RowCtas(std::move(by_rows));
 }
 
 RowSplit consumer_row_split(int n, int k, const TuningOverrides& overrides) {

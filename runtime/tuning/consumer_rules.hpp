@@ -4,6 +4,8 @@
 // the GEMM plans and the comparison overrides (TuningOverrides); they read no environment.
 #pragma once
 
+#include <vector>
+
 #include "runtime/gather/consumer_row_split.hpp"
 #include "runtime/gather/consumer_trigger.hpp"
 #include "runtime/gemm/gemm_plan.hpp"
@@ -32,6 +34,31 @@ ConsumerTrigger consumer_trigger(const GemmPlan& gemm, const TuningOverrides& ov
 // The rule's polling trigger at width N (reduction length K), what consumer_trigger gives where the
 // consumers poll: polling_early unless ring_at_few_rows(n, k), else polling (decision 0023).
 ConsumerTrigger polling_trigger(int n, int k, const TuningOverrides& overrides = {});
+
+// The row split's inputs: a forced count, or the rule's, which depends on the GEMM beside it.
+struct RowSplit {
+  int ctas = 0;  // 0: the rule (consumer_row_ctas); else 1, 2, 4 or 8
+  // Whether the layers' GEMM streams w through a shared-memory ring at some b <= 8 (the rule's
+  // GEMM at the TP1 and TP2 widths): its CTAs fill the SMs, so the rule keeps the consumers to
+  // fewer CTAs (ring_at_few_rows).
+  bool beside_ring = true;
+};
+
+// CTAs per row for b rows (docs/decisions/0020-consumer-stage-hand-over-and-row-split.md):
+// split.ctas when set, else the rule: the most of kRuleRowCtas (4) and 2 that keeps b * row_ctas <=
+// kRowSplitCtas, else 1 (4 at b = 1 and 2, 2 at b = 3 and 4, 1 from 5 rows: more CTAs than that
+// crowd the next GEMM's prologue off the SMs; decision 0020; 8 at b = 1 was no faster anywhere and
+// 0.15 us slower at TP4's width: decision 0022); and 2 at b = 5 to 8 unless split.beside_ring (16
+// CTAs in all beside a GEMM without a ring; decision 0021).
+// InvalidArgument unless split.ctas is 0, 1, 2, 4 or 8.
+inline constexpr int kRuleRowCtas = 4;
+inline constexpr int kRowSplitCtas = 8;
+inline constexpr int kRowSplitCtasWithoutRing = 16;
+int consumer_row_ctas(const RowSplit& split, int b);
+
+// The launcher's table (runtime/gather/consumer_row_split.hpp): consumer_row_ctas(split, b) for b =
+// 1..capacity.
+RowCtas row_ctas_by_rows(const RowSplit& split, int capacity);
 
 // RowSplit::beside_ring for the consumers of width N (reduction length K): whether the GEMM rule
 // (with `overrides`) streams w through a shared-memory ring at some b <= kRowSplitCtas (N >= 2048

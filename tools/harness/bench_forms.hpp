@@ -22,6 +22,13 @@
 
 namespace pooler::bench {
 
+// The comparison overrides of this process's environment (POOLER_GEMM_*, POOLER_CONSUMER_*; docs/RUNTIME.md),
+// read once, at the first call, as a Pooler constructed in this process reads them at its construction.
+inline const TuningOverrides& process_overrides() {
+  static const TuningOverrides overrides = overrides_from_environment();
+  return overrides;
+}
+
 using harness::kAmaxEntry;
 using harness::kStockThreads;
 using harness::stock_glue_form;
@@ -85,10 +92,10 @@ struct WeightPath {
 // shape's CTAs, the same bits) and "on-chip-2" (two CTAs per SM, where that
 // differs).
 inline std::vector<WeightPath> weight_paths(int n, int k, int rows) {
-  std::vector<WeightPath> paths = {{"stream", choose_streaming_gemm_shape(n, k, rows, overrides_from_environment())}};
-  const std::optional<PoolerGemmShape> on_chip = on_chip_gemm_shape(n, k, rows, false, overrides_from_environment());
+  std::vector<WeightPath> paths = {{"stream", choose_streaming_gemm_shape(n, k, rows, process_overrides())}};
+  const std::optional<PoolerGemmShape> on_chip = on_chip_gemm_shape(n, k, rows, false, process_overrides());
   if (on_chip) paths.push_back({"on-chip", *on_chip});
-  const std::optional<PoolerGemmShape> two = on_chip_gemm_shape(n, k, rows, true, overrides_from_environment());
+  const std::optional<PoolerGemmShape> two = on_chip_gemm_shape(n, k, rows, true, process_overrides());
   if (two && !(on_chip && *two == *on_chip)) paths.push_back({"on-chip-2", *two});
   return paths;
 }

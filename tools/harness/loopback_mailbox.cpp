@@ -12,8 +12,9 @@ LoopbackMailbox::LoopbackMailbox(const LoadedForm& publish, const ConsumerSpec& 
   const std::vector<CUdeviceptr> bases(static_cast<std::size_t>(layout_.tp), mailbox_.get());
   const MailboxPeers peers = make_peers(bases);
   for (int r = 0; r < layout_.tp; ++r) publishers_.emplace_back(publish, layout_, r, peers, state_.state());
-  nvfp4_.emplace(nvfp4_spec, nvfp4, consumer_rank, state_.binding(mailbox_.get()), timeout_ns, split);
-  bf16_.emplace(bf16_spec, bf16, consumer_rank, state_.binding(mailbox_.get()), timeout_ns, split);
+  const RowCtas row_ctas = row_ctas_by_rows(split, layout_.capacity);
+  nvfp4_.emplace(nvfp4_spec, nvfp4, consumer_rank, state_.binding(mailbox_.get()), timeout_ns, row_ctas);
+  bf16_.emplace(bf16_spec, bf16, consumer_rank, state_.binding(mailbox_.get()), timeout_ns, row_ctas);
 }
 
 void LoopbackMailbox::publish(CUstream stream, int rank, CUdeviceptr shard, int b, bool pdl) const {

@@ -21,6 +21,7 @@
 #include "runtime/gather/gather_kernels.hpp"
 #include "runtime/jit/device.hpp"
 #include "runtime/jit/kernel.hpp"
+#include "runtime/tuning/consumer_rules.hpp"
 
 namespace pooler::harness {
 
@@ -28,7 +29,7 @@ class LoopbackMailbox {
  public:
   // The forms, loaded: publish_form of `layout` and the consumers of two specs of that layout,
   // an NVFP4 and a BF16 one. The consumers act as rank `consumer_rank` and give up after
-  // `timeout_ns` with a timeout record, `split` CTAs per row (consumer_row_ctas).
+  // `timeout_ns` with a timeout record, rows split by `split` (consumer_row_ctas).
   LoopbackMailbox(const LoadedForm& publish, const ConsumerSpec& nvfp4_spec, const LoadedForm& nvfp4,
                   const ConsumerSpec& bf16_spec, const LoadedForm& bf16, const MailboxLayout& layout, CUstream stream,
                   unsigned long long timeout_ns, int consumer_rank = 0, RowSplit split = RowSplit{});

@@ -54,6 +54,7 @@
 #include "runtime/jit/kernel.hpp"
 #include "runtime/jit/kernel_cache.hpp"
 #include "runtime/pooler_forms.hpp"
+#include "runtime/tuning/consumer_rules.hpp"
 #include "runtime/tuning/gemm_rule.hpp"
 #include "tools/harness/bench_forms.hpp"
 #include "tools/harness/bench_json.hpp"
@@ -113,13 +114,12 @@ std::vector<Form> chain_forms(const ChainOptions& o) {
         forms.push_back(pooler_gemm_form(b, n, kHidden, path.shape, &publish));
       }
       if (!o.trace_dir.empty()) {
-        const PoolerGemmShape rule = choose_gemm_shape(n, kHidden, b, overrides_from_environment());
+        const PoolerGemmShape rule = choose_gemm_shape(n, kHidden, b, process_overrides());
         forms.push_back(pooler_gemm_form(b, n, kHidden, rule, &publish, true));
-        forms.push_back(
-            chain_consumer(ConsumerOutput::nvfp4, tp,
-                           consumer_trigger(GemmPlan(b, n, kHidden, rule, &publish), overrides_from_environment()),
-                           true)
-                .form());
+        forms.push_back(chain_consumer(ConsumerOutput::nvfp4, tp,
+                                       consumer_trigger(GemmPlan(b, n, kHidden, rule, &publish), process_overrides()),
+                                       true)
+                            .form());
       }
     }
     forms.push_back(publish_form(kPooled, tp, kCapacity));
@@ -210,15 +210,15 @@ class ChainRig {
     publish_loaded_.emplace(*gpu.cache.get(publish_form(kPooled, tp, kCapacity), gpu.arch).entry, gpu.context);
     publisher_.emplace(*publish_loaded_, layout_, 0, peers_, state_.state());
     const MailboxBinding binding = state_.binding(mailbox_.get());
-    split_ = consumer_row_split(n_, kHidden, overrides_from_environment());  // the Pooler's for this width
+    row_ctas_ = row_ctas_by_rows(consumer_row_split(n_, kHidden, process_overrides()), kCapacity);  // the Pooler's
     for (int t = 0; t < kConsumerTriggers; ++t) {
       const ConsumerTrigger trigger = kAllConsumerTriggers[t];
       const ConsumerSpec nvfp4 = chain_consumer(ConsumerOutput::nvfp4, tp, trigger);
       const ConsumerSpec bf16 = chain_consumer(ConsumerOutput::bf16, tp, trigger);
       nvfp4_loaded_[t].emplace(*gpu.cache.get(nvfp4.form(), gpu.arch).entry, gpu.context);
       bf16_loaded_[t].emplace(*gpu.cache.get(bf16.form(), gpu.arch).entry, gpu.context);
-      nvfp4_[t].emplace(nvfp4, *nvfp4_loaded_[t], 0, binding, kTimeoutNs, split_);
-      bf16_[t].emplace(bf16, *bf16_loaded_[t], 0, binding, kTimeoutNs, split_);
+      nvfp4_[t].emplace(nvfp4, *nvfp4_loaded_[t], 0, binding, kTimeoutNs, row_ctas_);
+      bf16_[t].emplace(bf16, *bf16_loaded_[t], 0, binding, kTimeoutNs, row_ctas_);
     }
     POOLER_CU(cuStreamSynchronize(gpu.stream), "setting up the chain");
   }
@@ -230,13 +230,13 @@ class ChainRig {
     row.b = b;
     row.n = n_;
     row.path = path.label;
-    row.rule = path.shape == choose_gemm_shape(n_, kHidden, b, overrides_from_environment());
+    row.rule = path.shape == choose_gemm_shape(n_, kHidden, b, process_overrides());
     const PoolerGemmShape& shape = path.shape;
     row.shape = describe(shape);
     // The consumers trigger as the Pooler's do after this GEMM shape's publishing form.
     const GemmPublish publish{tp_, kCapacity};
     const GemmPlan shape_plan(b, n_, kHidden, shape, &publish);
-    row.trigger = consumer_trigger(shape_plan, overrides_from_environment());
+    row.trigger = consumer_trigger(shape_plan, process_overrides());
     trigger_ = static_cast<int>(row.trigger);
     alt_ = -1;
     if (shape_plan.triggers_after_its_wait()) {
@@ -313,9 +313,9 @@ class ChainRig {
                           gpu_.context, b, n_, kHidden, shape, &publish, true);
     const ConsumerSpec spec =
         chain_consumer(ConsumerOutput::nvfp4, tp_,
-                       consumer_trigger(GemmPlan(b, n_, kHidden, shape, &publish), overrides_from_environment()), true);
+                       consumer_trigger(GemmPlan(b, n_, kHidden, shape, &publish), process_overrides()), true);
     const LoadedForm loaded(*gpu_.cache.get(spec.form(), gpu_.arch).entry, gpu_.context);
-    const ConsumerLauncher consumer(spec, loaded, 0, state_.binding(mailbox_.get()), kTimeoutNs, split_);
+    const ConsumerLauncher consumer(spec, loaded, 0, state_.binding(mailbox_.get()), kTimeoutNs, row_ctas_);
     const GemmTrace gemm_trace = gemm.trace();
     const ConsumerTrace consumer_trace = pooler::consumer_trace(loaded, kCapacity);
     constexpr int kLaunches = kConsumerTraceLaunches;
@@ -430,7 +430,7 @@ class ChainRig {
   const ChainOptions& o_;
   int tp_, n_;
   MailboxLayout layout_;
-  RowSplit split_;  // the consumers' CTAs per row: the Pooler's rule for this width
+  RowCtas row_ctas_;  // the consumers' CTAs per row: the Pooler's rule for this width
   DeviceBuffer weights_, x_, norm_weight_, global_scale_, mailbox_;
   MailboxState state_;
   DeviceBuffer c_, c_stock_, packed_, scales_, rows_, normed_, gathered_, stock_normed_, stock_packed_, stock_scales_;

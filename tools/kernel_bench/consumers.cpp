@@ -21,6 +21,7 @@
 #include "runtime/pooler_forms.hpp"
 #include "runtime/jit/driver.hpp"
 #include "runtime/jit/kernel.hpp"
+#include "tools/harness/bench_forms.hpp"
 #include "tools/harness/host_data.hpp"
 #include "tools/harness/loopback_mailbox.hpp"
 #include "tools/kernel_bench/kernel_bench.hpp"
@@ -76,7 +77,7 @@ class LoopbackRig {
         loopback_(publish_loaded_, rig_consumer(tp, ConsumerOutput::nvfp4), nvfp4_loaded_,
                   rig_consumer(tp, ConsumerOutput::bf16), bf16_loaded_,
                   MailboxLayout::make(kConsumerPooled, tp, kConsumerCapacity), stream, kConsumerTimeoutNs, 0,
-                  consumer_row_split(kConsumerPooled / tp, kConsumerHidden, overrides_from_environment())),
+                  consumer_row_split(kConsumerPooled / tp, kConsumerHidden, bench::process_overrides())),
         shard_bytes_(sz(kConsumerCapacity) * sz(loopback_.layout().width()) * 2),
         shards_(shard_bytes_ * sz(tp)),
         gathered_(sz(kConsumerCapacity) * sz(kConsumerPooled) * 2),

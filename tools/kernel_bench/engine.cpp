@@ -279,16 +279,15 @@ class EngineRig {
     gemm(p.plain, batch.plan);
     gemm(p.fused, *batch.fused);
     p.fused_plan.emplace(*batch.fused);
-    gemm(p.qkv, choose_gemm_plan(s_.qkv_n, o_.hidden, b, overrides_from_environment()));
-    gemm(p.o_proj, choose_gemm_plan(o_.hidden, s_.att_k, b, overrides_from_environment()));
+    gemm(p.qkv, choose_gemm_plan(s_.qkv_n, o_.hidden, b, process_overrides()));
+    gemm(p.o_proj, choose_gemm_plan(o_.hidden, s_.att_k, b, process_overrides()));
     p.trigger = batch.trigger;
     p.prefetch.emplace(loaded(plan.weight_prefetch), gpu_.info.multiprocessors);
     const LoadedForm& publish = loaded(*plan.publish);
     const ConsumerSpec nvfp4 = plan.consumer_spec(ConsumerOutput::nvfp4, plan.nvfp4_norms.at(0), p.trigger);
     const ConsumerSpec bf16 = plan.consumer_spec(ConsumerOutput::bf16, plan.edge_norms.at(0), p.trigger);
     p.mailbox.emplace(publish, nvfp4, loaded(plan.consumer(nvfp4)), bf16, loaded(plan.consumer(bf16)), layout_,
-                      gpu_.stream.get(), kTimeoutNs, 0,
-                      consumer_row_split(s_.pool_n, o_.hidden, overrides_from_environment()));
+                      gpu_.stream.get(), kTimeoutNs, 0, consumer_row_split(s_.pool_n, o_.hidden, process_overrides()));
     p.slots = slots(*p.mailbox);
     POOLER_CU(cuStreamSynchronize(gpu_.stream.get()), "setting up the loopback mailbox");
   }
@@ -407,7 +406,7 @@ class EngineRig {
     const LoadedForm nvfp4 = loaded(nvfp4_spec.form());
     const LoadedForm bf16 = loaded(bf16_spec.form());
     const harness::LoopbackMailbox mailbox(publish, nvfp4_spec, nvfp4, bf16_spec, bf16, layout_, s, kTimeoutNs, 0,
-                                           consumer_row_split(s_.pool_n, o_.hidden, overrides_from_environment()));
+                                           consumer_row_split(s_.pool_n, o_.hidden, process_overrides()));
     const FusedX traced{gemm, mailbox, slots(mailbox)};
     const GemmTrace gemm_trace = gemm.trace();
     const ConsumerTrace consumer_trace = pooler::consumer_trace(nvfp4, kCapacity);

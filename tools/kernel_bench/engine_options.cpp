@@ -196,7 +196,7 @@ PoolerConfig engine_pooler_config(const EngineOptions& o, int tp, const std::vec
   config.nvfp4_norms = {NormConstants{}};
   config.edge_norms = {NormConstants{}};
   config.stock = true;
-  config.overrides = overrides_from_environment();
+  config.overrides = bench::process_overrides();
   return config;
 }
 
@@ -208,8 +208,8 @@ std::vector<Form> engine_forms(const EngineOptions& o) {
     const EngineShape s = engine_shape(o, tp);
     for (Form& form : pooler_forms(engine_pooler_config(o, tp, o.batches)).forms) forms.push_back(std::move(form));
     for (int b : o.batches) {
-      forms.push_back(choose_gemm_plan(s.qkv_n, o.hidden, b, overrides_from_environment()).form());
-      forms.push_back(choose_gemm_plan(o.hidden, s.att_k, b, overrides_from_environment()).form());
+      forms.push_back(choose_gemm_plan(s.qkv_n, o.hidden, b, bench::process_overrides()).form());
+      forms.push_back(choose_gemm_plan(o.hidden, s.att_k, b, bench::process_overrides()).form());
     }
   }
   // One entry per name: the stock norm and quantize of every tp are the same forms.

@@ -52,7 +52,7 @@ const std::vector<ReadConfig> kChainedReadConfigs = {{256, 16, 1}, {256, 8, 2}, 
 // stages that leave two CTAs per SM (110 KiB) and the most that fit one.
 std::vector<PoolerGemmShape> sweep_shapes(int n, int k, int rows) {
   std::vector<PoolerGemmShape> out;
-  const PoolerGemmShape chosen = choose_gemm_shape(n, k, rows, overrides_from_environment());
+  const PoolerGemmShape chosen = choose_gemm_shape(n, k, rows, bench::process_overrides());
   auto add = [&](const PoolerGemmShape& s) {
     try {
       validate_gemm_shape(rows, n, k, s);
@@ -147,7 +147,7 @@ class GemmSection final : public Section {
     for (int n : o_.widths) {
       const Width width = prepare_width(setup, n);
       for (int b : o_.batches) {
-        const PoolerGemmShape rule = choose_gemm_shape(n, o_.k, b, overrides_from_environment());
+        const PoolerGemmShape rule = choose_gemm_shape(n, o_.k, b, bench::process_overrides());
         double cublas_us = -1;  // timed once per (b, N); every path compared with it
         for (const WeightPath& path : weight_paths(n, o_.k, b)) {
           rows_.push_back(measure_row(setup, width, b, path, path.shape == rule, cublas_us));
