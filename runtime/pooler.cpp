@@ -169,15 +169,15 @@ ExpertInput Pooler::Impl::gather_to(int layer, int b, const ExpertInput& out, CU
     // Launched without PDL: it follows NCCL's work, which never triggers dependents
     // (at tp = 1 NCCL copies with cudaMemcpyAsync, not a kernel). Its own early
     // trigger still lets the next GEMM start with PDL.
-    const bool nvfp4 = spec.nvfp4();
-    gathered_of_layer[static_cast<std::size_t>(layer)]->launch(
-        stream, gathered.get(), spec.norm_weight.data, nvfp4 ? spec.global_scale->data : 0, nvfp4 ? out.packed.data : 0,
-        nvfp4 ? out.scales.data : 0, nvfp4 ? 0 : out.normed.data, b, false);
-    result.nvfp4 = nvfp4;
-    if (nvfp4) {
+    const GatheredConsumerLauncher& consumer = *gathered_of_layer[static_cast<std::size_t>(layer)];
+    if (spec.nvfp4()) {
+      consumer.launch(stream, gathered.get(), spec.norm_weight.data,
+                      Nvfp4Outputs{spec.global_scale->data, out.packed.data, out.scales.data}, b, false);
+      result.nvfp4 = true;
       result.packed = out.packed;
       result.scales = out.scales;
     } else {
+      consumer.launch(stream, gathered.get(), spec.norm_weight.data, Bf16Outputs{0, out.normed.data}, b, false);
       result.normed = out.normed;
     }
     return result;

@@ -12,7 +12,6 @@
 #include "runtime/gemm/pooler_gemm.hpp"
 #include "runtime/gemm/weight_prefetch.hpp"
 #include "runtime/gather/gather_kernels.hpp"
-#include "runtime/gather/gathered_consumer.hpp"
 #include "runtime/tuning/consumer_rules.hpp"
 #include "runtime/tuning/gemm_rule.hpp"
 
@@ -32,6 +31,10 @@ std::vector<NormConstants> distinct(const std::vector<NormConstants>& norms) {
 ConsumerSpec PoolerForms::consumer_spec(ConsumerOutput output, const NormConstants& norm,
                                         ConsumerTrigger trigger) const {
   return ConsumerSpec{output, pooled, tp, capacity, norm, trigger};
+}
+
+GatheredConsumerSpec PoolerForms::gathered_spec(ConsumerOutput output, const NormConstants& norm) const {
+  return GatheredConsumerSpec{output, pooled, tp, norm};
 }
 
 std::size_t PoolerForms::consumer(const ConsumerSpec& spec) const {
@@ -98,10 +101,9 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
   }
   if (config.gathered) {
     for (ConsumerOutput output : {ConsumerOutput::nvfp4, ConsumerOutput::bf16}) {
-      const bool nvfp4 = output == ConsumerOutput::nvfp4;
-      for (const NormConstants& norm : nvfp4 ? out.nvfp4_norms : out.edge_norms) {
-        out.gathered.emplace(std::make_pair(output, norm),
-                             add(gathered_consumer_form(config.pooled, config.tp, norm.eps, norm.gain_center, nvfp4)));
+      for (const NormConstants& norm : output == ConsumerOutput::nvfp4 ? out.nvfp4_norms : out.edge_norms) {
+        const GatheredConsumerSpec spec = out.gathered_spec(output, norm);
+        out.gathered.emplace(spec, add(spec.form()));
       }
     }
   }

@@ -63,21 +63,23 @@ struct PoolerForms {
   // When mailbox: each mailbox consumer by its spec, after_wait always (gather() never polls)
   // and the other triggers where some batch takes them.
   std::map<ConsumerSpec, std::size_t> consumers;
-  // When gathered: the nccl transport's consumers by (output, norm).
-  std::map<std::pair<ConsumerOutput, NormConstants>, std::size_t> gathered;
+  // When gathered: the nccl transport's consumers by their spec.
+  std::map<GatheredConsumerSpec, std::size_t> gathered;
   std::map<NormConstants, std::size_t> stock_norms;  // when stock: per distinct norm
   std::optional<std::size_t> stock_quantize;         // when stock
   std::size_t weight_prefetch = 0;
 
   // The spec of the mailbox consumer of this configuration for `output`, `norm` and `trigger`.
   ConsumerSpec consumer_spec(ConsumerOutput output, const NormConstants& norm, ConsumerTrigger trigger) const;
+  // The spec of the gathered consumer of this configuration for `output` and `norm`.
+  GatheredConsumerSpec gathered_spec(ConsumerOutput output, const NormConstants& norm) const;
   // The form index of a consumer; InvalidArgument naming its form when the catalog has none.
   std::size_t consumer(const ConsumerSpec& spec) const;
   // Whether the consumers of `trigger` are among the forms: after_wait always (where mailbox),
   // the others where some batch takes them.
   bool has_consumers(ConsumerTrigger trigger) const;
 
-  int pooled = 0, tp = 1, capacity = 0;  // the configuration's, for consumer_spec
+  int pooled = 0, tp = 1, capacity = 0;  // the configuration's, for consumer_spec and gathered_spec
 };
 
 PoolerForms pooler_forms(const PoolerConfig& config);

@@ -78,8 +78,8 @@ struct Pooler::Impl {
   std::map<ConsumerSpec, ConsumerLauncher> consumers;
   std::array<std::vector<const ConsumerLauncher*>, kConsumerTriggers> consumer_of_layer;
   std::vector<ConsumerTrigger> trigger_by_rows;  // index b: run()'s consumers' trigger (consumer_trigger)
-  std::map<std::pair<bool, NormKey>, GatheredConsumerLauncher> gathered_consumers;  // nccl: by (nvfp4, norm)
-  std::vector<const GatheredConsumerLauncher*> gathered_of_layer;                   // nccl: per layer
+  std::map<GatheredConsumerSpec, GatheredConsumerLauncher> gathered_consumers;  // nccl: by spec
+  std::vector<const GatheredConsumerLauncher*> gathered_of_layer;               // nccl: per layer
   std::vector<std::string> form_lines;
   // Set (once: the first failure's text stays) by check_usable() and check(),
   // which may run on a watchdog thread beside run() on another: `failed` is

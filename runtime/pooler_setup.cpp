@@ -236,14 +236,14 @@ void Pooler::Impl::load_gathered() {
   const PoolerOptions& o = options;
   gathered = DeviceBuffer(static_cast<std::size_t>(tp) * static_cast<std::size_t>(o.capacity) *
                           static_cast<std::size_t>(layout.width()) * 2);
-  for (const auto& [key, form] : plan.gathered) {
-    const bool nvfp4 = key.first == ConsumerOutput::nvfp4;
+  for (const auto& [spec, form] : plan.gathered) {
     loaded.push_back(std::make_unique<LoadedForm>(*lookups[form].entry, context->get()));
-    gathered_consumers.emplace(std::make_pair(nvfp4, norm_key(key.second)),
-                               GatheredConsumerLauncher(*loaded.back(), o.pooled, tp, nvfp4, o.capacity));
+    gathered_consumers.emplace(spec, GatheredConsumerLauncher(spec, *loaded.back(), o.capacity));
   }
   for (const PoolerLayer& layer : o.layers) {
-    gathered_of_layer.push_back(&gathered_consumers.at(std::make_pair(layer.nvfp4(), norm_key(layer))));
+    const ConsumerOutput output = layer.nvfp4() ? ConsumerOutput::nvfp4 : ConsumerOutput::bf16;
+    gathered_of_layer.push_back(
+        &gathered_consumers.at(plan.gathered_spec(output, NormConstants{layer.eps, layer.gain_center})));
   }
 }
 

@@ -53,7 +53,9 @@ std::vector<Form> every_form() {
     for (ConsumerTrigger trigger : {ConsumerTrigger::polling, ConsumerTrigger::polling_early}) {
       forms.push_back(consumer_form(ConsumerOutput::nvfp4, kPooled, tp, kCapacity, kEps, kGainCenter, trigger, true));
     }
-    for (bool nvfp4 : {true, false}) forms.push_back(gathered_consumer_form(kPooled, tp, kEps, kGainCenter, nvfp4));
+    for (ConsumerOutput output : {ConsumerOutput::nvfp4, ConsumerOutput::bf16}) {
+      forms.push_back(GatheredConsumerSpec{output, kPooled, tp, NormConstants{kEps, kGainCenter}}.form());
+    }
   }
   for (bool evict_last : {true, false}) forms.push_back(weight_prefetch_form(evict_last));
   return forms;
@@ -157,15 +159,22 @@ TEST(PoolerFormArguments, NormConstants) {
 }
 
 TEST(PoolerFormArguments, GatheredConsumer) {
-  expect_mentions(rejection([] { gathered_consumer_form(kPooled, 3, kEps, kGainCenter, true); }), {"tp"});
-  expect_mentions(rejection([] { gathered_consumer_form(4000, 2, kEps, kGainCenter, true); }), {"4000"});
-  expect_mentions(rejection([] { gathered_consumer_form(kPooled, 2, 0.0f, kGainCenter, false); }), {"eps = 0"});
-  expect_mentions(rejection([] { gathered_consumer_form(kPooled, 2, kEps, std::nanf(""), false); }),
-                  {"gain_center = "});
-  const Form nvfp4 = gathered_consumer_form(kPooled, 4, kEps, kGainCenter, true);
-  const Form edge = gathered_consumer_form(kPooled, 4, kEps, kGainCenter, false);
-  EXPECT_EQ(nvfp4.name().rfind("pooler_consumer_gathered_nvfp4_p4096_tp4_", 0), 0u) << nvfp4.name();
-  EXPECT_EQ(edge.name().rfind("pooler_consumer_gathered_bf16_p4096_tp4_", 0), 0u) << edge.name();
+  const auto spec = [](ConsumerOutput output, int pooled, int tp, float eps, float gain_center) {
+    return GatheredConsumerSpec{output, pooled, tp, NormConstants{eps, gain_center}};
+  };
+  const ConsumerOutput nvfp4_out = ConsumerOutput::nvfp4;
+  const ConsumerOutput bf16_out = ConsumerOutput::bf16;
+  expect_mentions(rejection([&] { spec(nvfp4_out, kPooled, 3, kEps, kGainCenter).form(); }), {"tp"});
+  expect_mentions(rejection([&] { spec(nvfp4_out, 4000, 2, kEps, kGainCenter).form(); }), {"4000"});
+  expect_mentions(rejection([&] { spec(bf16_out, kPooled, 2, 0.0f, kGainCenter).form(); }), {"eps = 0"});
+  expect_mentions(rejection([&] { spec(bf16_out, kPooled, 2, kEps, std::nanf("")).form(); }), {"gain_center = "});
+  const Form nvfp4 = spec(nvfp4_out, kPooled, 4, kEps, kGainCenter).form();
+  const Form edge = spec(bf16_out, kPooled, 4, kEps, kGainCenter).form();
+  EXPECT_EQ(nvfp4.name(), "pooler_consumer_gathered_nvfp4_p4096_tp4_eps1e-05_gc1");
+  EXPECT_EQ(edge.name(), "pooler_consumer_gathered_bf16_p4096_tp4_eps1e-05_gc1");
+  EXPECT_LT(spec(nvfp4_out, kPooled, 4, kEps, kGainCenter), spec(bf16_out, kPooled, 4, kEps, kGainCenter));
+  EXPECT_FALSE(spec(nvfp4_out, kPooled, 4, kEps, 0.0f) == spec(nvfp4_out, kPooled, 4, kEps, -0.0f))
+      << "the norm is compared bitwise";
   EXPECT_NE(nvfp4.render(TemplateLibrary::instance()).find("constexpr int NVFP4 = 1;"), std::string::npos);
   EXPECT_NE(edge.render(TemplateLibrary::instance()).find("constexpr int NVFP4 = 0;"), std::string::npos);
 }

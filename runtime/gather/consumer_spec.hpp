@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// A mailbox consumer, typed: ConsumerSpec says everything its form and its launch shape follow
-// from (runtime/gather/gather_kernels.hpp has its launcher); NormConstants, the norm's constants
-// every consumer form carries. Apart from gather_kernels.hpp so that the form catalog
+// The consumers, typed: ConsumerSpec (the mailbox consumer) and GatheredConsumerSpec (the nccl
+// transport's) say everything their forms and launch shapes follow from (gather_kernels.hpp and
+// gathered_consumer.hpp have their launchers); NormConstants, the norm's constants every consumer
+// form carries. Apart from gather_kernels.hpp so that the form catalog
 // (runtime/pooler_forms.hpp) can key on it without the mailbox's device headers.
 #pragma once
 
@@ -27,6 +28,12 @@ struct NormConstants {
     return {std::bit_cast<unsigned>(eps), std::bit_cast<unsigned>(gain_center)};
   }
 };
+
+// InvalidArgument naming `what` unless eps is finite and > 0 and gain_center finite.
+void check_norm_constants(const char* what, float eps, float gain_center);
+
+// Every consumer's launch (mailbox, gathered, stock norm and quantize): grid b * row_ctas, P / 16 threads.
+LaunchShape consumer_launch_shape(int pooled, int b, int row_ctas, bool pdl);
 
 // What a mailbox consumer writes: NVFP4 layers packed codes and scales, BF16 edge layers the
 // rows and their norm (the template's NVFP4 constant; ConsumerNvfp4Out, ConsumerBf16Out).
@@ -64,6 +71,32 @@ struct ConsumerSpec {
  private:
   std::tuple<ConsumerOutput, int, int, int, std::pair<unsigned, unsigned>, ConsumerTrigger, bool> key() const {
     return {output, pooled, tp, capacity, norm.bits(), trigger, trace};
+  }
+};
+
+// The nccl transport's consumer (runtime/gather/gathered_consumer.hpp has its launcher): its form (name and template
+// constants) and launch shape follow from this. Ordered (and compared) field by field, the norm bitwise, so that it
+// keys the form catalog (PoolerForms) and the Pooler's launchers.
+struct GatheredConsumerSpec {
+  ConsumerOutput output = ConsumerOutput::nvfp4;
+  int pooled = 0;
+  int tp = 1;
+  NormConstants norm;
+
+  // "pooler_consumer_gathered_nvfp4_p4096_tp2_eps1e-05_gc1" (edge layers: "..._bf16_...").
+  std::string name() const;
+  // Checks every field, InvalidArgument naming the bad value: P and tp as the mailbox's rules
+  // (runtime/comm/mailbox.hpp), eps finite and > 0, gain_center finite.
+  Form form() const;
+  // Grid b, P / 16 threads.
+  LaunchShape launch_shape(int b, bool pdl) const;
+
+  friend bool operator==(const GatheredConsumerSpec& a, const GatheredConsumerSpec& b) { return a.key() == b.key(); }
+  friend bool operator<(const GatheredConsumerSpec& a, const GatheredConsumerSpec& b) { return a.key() < b.key(); }
+
+ private:
+  std::tuple<ConsumerOutput, int, int, std::pair<unsigned, unsigned>> key() const {
+    return {output, pooled, tp, norm.bits()};
   }
 };
 

@@ -10,7 +10,6 @@
 #include "pooler/error.hpp"
 
 namespace pooler {
-namespace {
 
 void check_norm_constants(const char* what, float eps, float gain_center) {
   if (!std::isfinite(eps) || !(eps > 0.0f)) {
@@ -20,6 +19,16 @@ void check_norm_constants(const char* what, float eps, float gain_center) {
     throw InvalidArgument(fmt::format("{}: gain_center = {}; expected a finite value", what, gain_center));
   }
 }
+
+LaunchShape consumer_launch_shape(int pooled, int b, int row_ctas, bool pdl) {
+  LaunchShape shape;
+  shape.grid_x = static_cast<unsigned>(b) * static_cast<unsigned>(row_ctas);
+  shape.block_x = static_cast<unsigned>(pooled / 16);
+  shape.pdl = pdl;
+  return shape;
+}
+
+namespace {
 
 std::string shape_name(const char* kind, int pooled, int tp, int capacity) {
   return fmt::format("{}_p{}_tp{}_cap{}", kind, pooled, tp, capacity);
@@ -41,14 +50,6 @@ void check_rank(const char* what, int rank, int tp) {
   if (rank < 0 || rank >= tp) {
     throw InvalidArgument(fmt::format("{}: rank = {}; expected 0 to {} (tp = {})", what, rank, tp - 1, tp));
   }
-}
-
-LaunchShape row_shape(int pooled, int b, bool pdl, int row_ctas = 1) {
-  LaunchShape shape;
-  shape.grid_x = static_cast<unsigned>(b) * static_cast<unsigned>(row_ctas);
-  shape.block_x = static_cast<unsigned>(pooled / 16);
-  shape.pdl = pdl;
-  return shape;
 }
 
 }  // namespace
@@ -128,7 +129,7 @@ Form ConsumerSpec::form() const {
 }
 
 LaunchShape ConsumerSpec::launch_shape(int b, int row_ctas, bool pdl) const {
-  return row_shape(pooled, b, pdl, row_ctas);
+  return consumer_launch_shape(pooled, b, row_ctas, pdl);
 }
 
 Form stock_norm_form(int pooled, float eps, float gain_center) {
@@ -272,7 +273,7 @@ StockNormLauncher::StockNormLauncher(const LoadedForm& form, int pooled, int max
 void StockNormLauncher::launch(CUstream stream, CUdeviceptr rows, CUdeviceptr weight, CUdeviceptr normed, int b,
                                bool pdl) const {
   check_rows("StockNormLauncher::launch", b, max_rows_);
-  kernel_(stream, row_shape(pooled_, b, pdl), rows, weight, normed);
+  kernel_(stream, consumer_launch_shape(pooled_, b, 1, pdl), rows, weight, normed);
 }
 
 StockQuantizeLauncher::StockQuantizeLauncher(const LoadedForm& form, int pooled, int max_rows)
@@ -286,7 +287,7 @@ StockQuantizeLauncher::StockQuantizeLauncher(const LoadedForm& form, int pooled,
 void StockQuantizeLauncher::launch(CUstream stream, CUdeviceptr y, CUdeviceptr global_scale, CUdeviceptr packed,
                                    CUdeviceptr scales, int b, bool pdl) const {
   check_rows("StockQuantizeLauncher::launch", b, max_rows_);
-  kernel_(stream, row_shape(pooled_, b, pdl), y, global_scale, packed, scales);
+  kernel_(stream, consumer_launch_shape(pooled_, b, 1, pdl), y, global_scale, packed, scales);
 }
 
 }  // namespace pooler
