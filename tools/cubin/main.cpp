@@ -295,7 +295,9 @@ int sass(const DiskCache& cache, const std::string& prefix) {
   } else {
     fmt::print(stderr,
                "pooler-cubin: neither nvdisasm nor cuobjdump is installed (searched PATH and "
-               "/usr/local/cuda/bin); install the CUDA toolkit's binary utilities to see SASS\n");
+               "/usr/local/cuda/bin); install the CUDA toolkit's binary utilities to see SASS, or nvdisasm alone "
+               "from PyPI (pip install nvidia-cuda-nvdisasm; its nvdisasm is in site-packages/nvidia/cu13/bin: put "
+               "that folder on PATH)\n");
     return kNoTool;
   }
   // A private folder (mkdtemp, 0700) and a file created there exclusively:
