@@ -215,5 +215,35 @@ TEST(PoolerBenchKernels, CompileForBothArchitecturesWithoutLocalMemory) {
   }
 }
 
+// The benchmark's regs-all candidate (bench::weight_paths): offered where the streaming path streams w
+// after its wait (N = 1024), holding each thread's whole share in its prologue, in one CTA per SM
+// (at most 132 CTAs), and compiling without local memory, plain and publishing.
+TEST(PoolerBenchKernels, TheWholeShareInRegistersCandidateHoldsAllOfWAndDoesNotSpill) {
+  ScratchDir dir;
+  KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
+  constexpr int kHidden = 8192;
+  for (int b : {1, 4, 8, 16}) {
+    const std::vector<bench::WeightPath> at_512 = bench::weight_paths(512, kHidden, b);
+    const std::vector<bench::WeightPath> at_2048 = bench::weight_paths(2048, kHidden, b);
+    for (const auto* paths : {&at_512, &at_2048}) {
+      EXPECT_TRUE(std::none_of(paths->begin(), paths->end(), [](const auto& p) { return p.label == "regs-all"; }))
+          << "b " << b;
+    }
+    const std::vector<bench::WeightPath> paths = bench::weight_paths(1024, kHidden, b);
+    const auto all = std::find_if(paths.begin(), paths.end(), [](const auto& p) { return p.label == "regs-all"; });
+    ASSERT_NE(all, paths.end()) << "N 1024, b " << b;
+    const PoolerGemmShape& s = all->shape;
+    EXPECT_TRUE(gemm_prologue_holds_all_of_w(b, kHidden, s)) << describe(s);
+    EXPECT_EQ(s.ctas_per_sm, 1);
+    EXPECT_LE(1024 / s.outputs_per_block * s.split_k, 132) << describe(s);
+    const GemmPublish publish{4, 32};
+    for (const Form& form : {pooler_gemm_form(b, 1024, kHidden, s), pooler_gemm_form(b, 1024, kHidden, s, &publish)}) {
+      for (const KernelResources& kernel : read_cubin_resources(cache.get(form, "sm_90").entry->cubin)) {
+        EXPECT_EQ(kernel.local_bytes, 0) << form.name() << " " << kernel.name;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pooler
