@@ -64,6 +64,9 @@ options:
   --no-prefetch         skip the fused and stock X with Pooler::prefetch_weights
   --prefetch-at WHERE   where the layer launches the prefetch: after-oproj (default) or start (before the
                         pre-attention norm: the most lead time)
+  --w-path PATH         the pooler GEMM's weight path: rule (default), or regs-all, a candidate: each
+                        thread's whole share of w in registers before the PDL wait (at N = 1024; the rule
+                        at the widths where it does not exist)
   --arch ARCH           architecture to compile for without a GPU (default sm_90)
   --json FILE           also write the rows as JSON
   --trace DIR           also trace, per row, 16 layers (1-16) with the fused X's trace forms (the publishing
@@ -129,6 +132,7 @@ EngineOptions parse_engine_options(int argc, char** argv, bool& help) {
   app.add_flag_callback("--no-stock", [&] { o.stock = false; });
   app.add_flag_callback("--no-prefetch", [&] { o.prefetch = false; });
   tools::add_choice(app, "--prefetch-at", o.prefetch_at, {"after-oproj", "start"});
+  tools::add_choice(app, "--w-path", o.w_path, {"rule", "regs-all"});
   app.add_option("--arch", o.arch);
   app.add_option("--json", o.json);
   app.add_option("--trace", o.trace_dir);
@@ -197,6 +201,10 @@ PoolerConfig engine_pooler_config(const EngineOptions& o, int tp, const std::vec
   config.edge_norms = {NormConstants{}};
   config.stock = true;
   config.overrides = bench::process_overrides();
+  if (o.w_path == "regs-all") {
+    // One shape serves every b of the width (the same loads; the reduction the rule takes for it).
+    config.overrides.gemm_shape = whole_share_in_registers_shape(o.pooled / tp, o.hidden, batches.front());
+  }
   return config;
 }
 
