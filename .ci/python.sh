@@ -7,6 +7,8 @@
 # Each step prints its time.
 #
 #   POOLER_CI_TORCH=0        skip installing torch (its tests then skip; the rest runs)
+#   POOLER_WHEELHOUSE        also copy the repaired wheel into this folder (for .ci/gpu.sh on the
+#                            GPU host, which reaches no package registry)
 #   POOLER_PREBUILT_LIBRARY  bundle this libpooler.so instead of building one from the sdist
 #                            (.ci/run passes the build/libpooler.so it has just built: building the
 #                            library again from the sdist, Release and without ccache, took 619 s on
@@ -16,6 +18,7 @@ if [[ -n ${POOLER_PREBUILT_LIBRARY:-} ]]; then
   POOLER_PREBUILT_LIBRARY=$(realpath -e "$POOLER_PREBUILT_LIBRARY")  # the caller's relative path
   export POOLER_PREBUILT_LIBRARY
 fi
+[[ -n ${POOLER_WHEELHOUSE:-} ]] && POOLER_WHEELHOUSE=$(realpath -m "$POOLER_WHEELHOUSE")  # the caller's relative path
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$PWD
 work=$(mktemp -d)
@@ -60,6 +63,11 @@ echo "python.sh: check_dist.py refuses the unrepaired wheel, as it must: $(head 
 timed "auditwheel repair" auditwheel repair --exclude libnccl.so.2 -w "$work/wheelhouse" "$built"
 wheel=$(echo "$work"/wheelhouse/pooler-*.whl)
 python .ci/check_dist.py wheel "$wheel"
+if [[ -n ${POOLER_WHEELHOUSE:-} ]]; then
+  mkdir -p "$POOLER_WHEELHOUSE"
+  cp "$wheel" "$POOLER_WHEELHOUSE/"
+  echo "python.sh: copied $(basename "$wheel") to $POOLER_WHEELHOUSE"
+fi
 
 timed "test environment created" python3 -m venv "$work/venv"
 pip=("$work/venv/bin/python" -m pip)
