@@ -18,6 +18,7 @@
 #include "runtime/jit/form.hpp"
 #include "runtime/pooler_forms.hpp"
 #include "runtime/tuning/gemm_rule.hpp"
+#include "tools/harness/candidate_shapes.hpp"
 #include "tools/harness/stock_path.hpp"
 
 namespace pooler::bench {
@@ -87,39 +88,11 @@ struct WeightPath {
   PoolerGemmShape shape;
 };
 
-// A candidate for the widths whose rule GEMM streams most of w after its PDL wait (N = 1024 at
-// b >= 4: decision 0025, "Where the weight loads sit"): every thread's whole share of w in registers
-// before the wait, in one CTA per SM: 16 warps (2 over columns x 8 over K), one tile, clusters of 4
-// over K, so that N / 32 x 4 CTAs (128 at N = 1024) may be resident at once (clusters of 8 would
-// cap that at 120). ptxas fits it in about 100 registers, no local memory (sm_90, b = 4-16). Where the
-// share does not fit 16 loads a lane, or the grid exceeds 132 CTAs, none.
-inline std::optional<PoolerGemmShape> whole_share_in_registers_shape(int n, int k, int rows) {
-  PoolerGemmShape s;
-  s.block_size = 512;
-  s.warps_k = 8;
-  s.split_k = 4;
-  s.outputs_per_block = 32;
-  s.ctas_per_sm = 1;
-  s.stages = 0;
-  if (k % (32 * s.split_k * s.warps_k) != 0) return std::nullopt;
-  s.k_unroll = k / (32 * s.split_k * s.warps_k);
-  if (s.k_unroll > 8 || n % s.outputs_per_block != 0 || n / s.outputs_per_block * s.split_k > 132) return std::nullopt;
-  // The reduction the rule takes where a prologue holds all of w.
-  s.async_reduce = process_overrides().gemm_async_reduce != Switch::off;
-  try {
-    validate_gemm_shape(rows, n, k, s);
-  } catch (const InvalidArgument&) {
-    return std::nullopt;
-  }
-  if (!gemm_prologue_holds_all_of_w(rows, k, s)) return std::nullopt;
-  return s;
-}
-
 // The paths compared for (b, N): "stream" (the rule without the on-chip path:
 // registers or a ring), and where w fits on chip "on-chip" (the register
 // shape's CTAs, the same bits) and "on-chip-2" (two CTAs per SM, where that
-// differs); "regs-all" (whole_share_in_registers_shape) where the streaming path's
-// prologue does not hold all of w.
+// differs); where the streaming path's prologue does not hold all of w, a candidate
+// (candidate_shapes.hpp): "regs-all" where it exists, else "ring-deep" where it exists.
 inline std::vector<WeightPath> weight_paths(int n, int k, int rows) {
   std::vector<WeightPath> paths = {{"stream", choose_streaming_gemm_shape(n, k, rows, process_overrides())}};
   const std::optional<PoolerGemmShape> on_chip = on_chip_gemm_shape(n, k, rows, false, process_overrides());
@@ -127,8 +100,11 @@ inline std::vector<WeightPath> weight_paths(int n, int k, int rows) {
   const std::optional<PoolerGemmShape> two = on_chip_gemm_shape(n, k, rows, true, process_overrides());
   if (two && !(on_chip && *two == *on_chip)) paths.push_back({"on-chip-2", *two});
   if (!gemm_prologue_holds_all_of_w(rows, k, paths[0].shape)) {
-    if (const std::optional<PoolerGemmShape> all = whole_share_in_registers_shape(n, k, rows)) {
-      paths.push_back({"regs-all", *all});
+    for (const char* label : {"regs-all", "ring-deep"}) {
+      if (const std::optional<PoolerGemmShape> s = candidate_shape(label, n, k, rows, process_overrides())) {
+        paths.push_back({label, *s});
+        break;
+      }
     }
   }
   return paths;

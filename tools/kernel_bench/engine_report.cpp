@@ -30,7 +30,7 @@ void print_engine_header(const EngineOptions& o) {
       "replays)\n",
       o.hidden, o.pooled, o.layers, o.qkv, o.attention_width, o.window, o.context, o.full_every, o.kv_bytes, o.experts,
       o.top_k, o.expert_intermediate, o.prefetch ? o.prefetch_at.c_str() : "off",
-      o.w_path == "rule" ? "rule" : "regs-all where it exists (N = 1024), else the rule", o.replays);
+      (o.w_path == "rule" ? std::string("rule") : o.w_path + " where it exists, else the rule").c_str(), o.replays);
   std::printf("%3s %3s %5s %-5s | %8s %8s %8s %8s | %7s %7s %6s %6s | %7s %7s | %7s %7s %7s %7s | %8s %6s %3s   %s\n",
               "tp", "b", "N", "trig", "fused", "stock", "null", "none", "m_fused", "m_stock", "ratio", "m_flr",
               "m_f+pf", "m_s+pf", "oth+f", "oth+s", "coll_f", "coll_s", "flr_lyr", "exprts", "rot",

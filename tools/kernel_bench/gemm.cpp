@@ -11,8 +11,9 @@
 // streamed through registers or a ring: choose_streaming_gemm_shape), and where
 // the CTA's share of w fits in shared memory "on-chip" (the same CTAs, the same
 // bits) and "on-chip-2" (half the columns per CTA so that two CTAs share an SM,
-// where that differs); "regs-all" where the streaming path's prologue does not hold all
-// of w (bench::weight_paths). "*" marks the path the rule (choose_gemm_shape) takes.
+// where that differs); "regs-all" or "ring-deep" where the streaming path's prologue does
+// not hold all of w (bench::weight_paths, tools/harness/candidate_shapes.hpp). "*" marks the path the rule
+// (choose_gemm_shape) takes.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
