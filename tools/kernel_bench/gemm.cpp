@@ -164,7 +164,9 @@ class GemmSection final : public Section {
         "ceiling; %%read: the chained read of the same bytes per launch (above) / pdl_us; x_cublas = "
         "cublas_us / pooler_us, x_pdl = cublas_us / pdl_us. w path: stream (registers or a ring), on-chip (the "
         "CTA's whole share of w in shared memory before the PDL wait, same bits), on-chip-2 (the same with two "
-        "CTAs per SM); * the rule's. Total %.1f s.\n",
+        "CTAs per SM), and where the streaming prologue does not hold all of w a candidate (regs-all: each "
+        "thread's whole share in registers; ring-deep: a ring as deep as shared memory holds; both before the "
+        "wait, 128 CTAs in clusters of 4); * the rule's. Total %.1f s.\n",
         setup.ceiling.gbps, setup.elapsed());
     return true;
   }
