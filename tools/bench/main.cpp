@@ -40,6 +40,7 @@
 #include <fmt/format.h>
 
 #include "pooler/error.hpp"
+#include "pooler/pooler.hpp"
 #include "runtime/jit/compiler.hpp"
 #include "runtime/jit/cubin_elf.hpp"
 #include "runtime/jit/device.hpp"

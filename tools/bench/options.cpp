@@ -256,22 +256,27 @@ TuningOverrides tuning_overrides(const Options& options) {
   return overrides;
 }
 
-PoolerConfig pooler_config(const Options& options, int tp) {
-  // The layers' kinds and norms, in layer order, as the Pooler's options give them (no tensors:
-  // the configuration reads none).
+PoolerOptions pooler_options(const Options& options) {
   PoolerOptions p;
   p.hidden = options.hidden;
   p.pooled = options.pooled;
   p.capacity = options.capacity;
   p.batches = options.batches;
+  p.enable_pdl = options.pdl;
   for (int layer = 0; layer < options.layers; ++layer) {
     PoolerLayer spec;
     spec.eps = options.eps;
     spec.gain_center = options.gain_center;
-    if (!options.edge(layer)) spec.global_scale = TensorView{};
+    if (!options.edge(layer)) spec.global_scale = TensorView{};  // an NVFP4 layer: it has one
     p.layers.push_back(spec);
   }
-  PoolerConfig config = ::pooler::pooler_config(p, tp, tuning_overrides(options), Transport::automatic);
+  return p;
+}
+
+PoolerConfig pooler_config(const Options& options, int tp) {
+  // The configuration reads no tensors.
+  PoolerConfig config =
+      ::pooler::pooler_config(pooler_options(options), tp, tuning_overrides(options), Transport::automatic);
   config.mailbox = options.lamport;
   config.gathered = options.nccl;
   return config;

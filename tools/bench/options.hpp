@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "pooler/pooler.hpp"
 #include "runtime/pooler_forms.hpp"
 #include "runtime/tuning/overrides.hpp"
 
@@ -74,6 +75,10 @@ const char* to_string(Phase phase);
 // The comparison overrides the benchmark's Poolers get: the environment's, read once here, and
 // --no-fuse-publish.
 TuningOverrides tuning_overrides(const Options& options);
+
+// The Pooler's options for these options, without tensors: the shape, the batches and each layer's
+// kind (NVFP4 or edge) and norm, in layer order. Rank::pooler_options adds the tensors.
+PoolerOptions pooler_options(const Options& options);
 
 // The configuration the Pooler of one rank compiles for (the same forms, so the
 // same cache keys): runtime/pooler_config.hpp's for these options at `tp`, with the forms of

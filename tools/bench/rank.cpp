@@ -101,21 +101,13 @@ void Rank::set_up(const ncclUniqueId& id) {
 }
 
 PoolerOptions Rank::pooler_options(Transport transport) const {
-  PoolerOptions p;
+  PoolerOptions p = bench::pooler_options(o_);
   p.transport = transport;
-  p.hidden = o_.hidden;
-  p.pooled = o_.pooled;
-  p.batches = o_.batches;
-  p.capacity = o_.capacity;
-  p.enable_pdl = o_.pdl;
   for (int layer = 0; layer < o_.layers; ++layer) {
-    PoolerLayer spec;
+    PoolerLayer& spec = p.layers[static_cast<std::size_t>(layer)];
     spec.weight = TensorView::matrix(weight(layer), DType::bf16, width_, o_.hidden);
     spec.norm_weight = TensorView::vector(norm_weight(layer), DType::bf16, o_.pooled);
-    spec.eps = o_.eps;
-    spec.gain_center = o_.gain_center;
-    if (!o_.edge(layer)) spec.global_scale = TensorView::scalar(global_scale(layer), DType::f32);
-    p.layers.push_back(spec);
+    if (spec.nvfp4()) spec.global_scale = TensorView::scalar(global_scale(layer), DType::f32);
   }
   return p;
 }
