@@ -215,48 +215,5 @@ TEST(PoolerBenchKernels, CompileForBothArchitecturesWithoutLocalMemory) {
   }
 }
 
-// The benchmark's candidates (bench::weight_paths, candidate_shapes.hpp): offered where the
-// streaming path streams w after its wait, regs-all at N = 1024 and ring-deep at N = 2048, never at
-// N = 512 (whose prologue holds all of w); one CTA per SM, at most 132; regs-all holds all of w in
-// its prologue, ring-deep more stages than the rule's ring; both compile without local memory,
-// plain and publishing.
-TEST(PoolerBenchKernels, TheWeightCandidatesAreOfferedWhereTheyExistAndDoNotSpill) {
-  ScratchDir dir;
-  KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
-  constexpr int kHidden = 8192;
-  const auto labels = [](const std::vector<bench::WeightPath>& paths) {
-    std::vector<std::string> out;
-    for (const bench::WeightPath& p : paths) out.push_back(p.label);
-    return out;
-  };
-  const auto has = [](const std::vector<std::string>& v, const std::string& x) {
-    return std::find(v.begin(), v.end(), x) != v.end();
-  };
-  for (int b : {1, 4, 8, 16}) {
-    const std::vector<std::string> at_512 = labels(bench::weight_paths(512, kHidden, b));
-    EXPECT_FALSE(has(at_512, "regs-all") || has(at_512, "ring-deep")) << "b " << b;
-    for (const auto& [n, label] : {std::pair{1024, "regs-all"}, std::pair{2048, "ring-deep"}}) {
-      const std::vector<bench::WeightPath> paths = bench::weight_paths(n, kHidden, b);
-      const auto found = std::find_if(paths.begin(), paths.end(), [&](const auto& p) { return p.label == label; });
-      ASSERT_NE(found, paths.end()) << "N " << n << ", b " << b << ": no " << label;
-      const PoolerGemmShape& s = found->shape;
-      EXPECT_EQ(s.ctas_per_sm, 1) << describe(s);
-      EXPECT_LE(n / s.outputs_per_block * s.split_k, 132) << describe(s);
-      if (n == 1024) {
-        EXPECT_TRUE(gemm_prologue_holds_all_of_w(b, kHidden, s)) << describe(s);
-      } else {
-        EXPECT_GT(s.stages, paths.front().shape.stages) << describe(s) << " against " << describe(paths.front().shape);
-      }
-      const GemmPublish publish{4096 / n, 32};
-      for (const Form& form : {pooler_gemm_form(b, n, kHidden, s), pooler_gemm_form(b, n, kHidden, s, &publish)}) {
-        for (const KernelResources& kernel : read_cubin_resources(cache.get(form, "sm_90").entry->cubin)) {
-          EXPECT_EQ(kernel.local_bytes, 0) << form.name() << " " << kernel.name;
-        }
-      }
-    }
-  }
-  EXPECT_THROW(bench::candidate_shape("bogus", 1024, kHidden, 1, {}), InvalidArgument);
-}
-
 }  // namespace
 }  // namespace pooler

@@ -18,7 +18,6 @@
 #include "runtime/jit/form.hpp"
 #include "runtime/pooler_forms.hpp"
 #include "runtime/tuning/gemm_rule.hpp"
-#include "tools/harness/candidate_shapes.hpp"
 #include "tools/harness/stock_path.hpp"
 
 namespace pooler::bench {
@@ -91,22 +90,13 @@ struct WeightPath {
 // The paths compared for (b, N): "stream" (the rule without the on-chip path:
 // registers or a ring), and where w fits on chip "on-chip" (the register
 // shape's CTAs, the same bits) and "on-chip-2" (two CTAs per SM, where that
-// differs); where the streaming path's prologue does not hold all of w, a candidate
-// (candidate_shapes.hpp): "regs-all" where it exists, else "ring-deep" where it exists.
+// differs).
 inline std::vector<WeightPath> weight_paths(int n, int k, int rows) {
   std::vector<WeightPath> paths = {{"stream", choose_streaming_gemm_shape(n, k, rows, process_overrides())}};
   const std::optional<PoolerGemmShape> on_chip = on_chip_gemm_shape(n, k, rows, false, process_overrides());
   if (on_chip) paths.push_back({"on-chip", *on_chip});
   const std::optional<PoolerGemmShape> two = on_chip_gemm_shape(n, k, rows, true, process_overrides());
   if (two && !(on_chip && *two == *on_chip)) paths.push_back({"on-chip-2", *two});
-  if (!gemm_prologue_holds_all_of_w(rows, k, paths[0].shape)) {
-    for (const char* label : {"regs-all", "ring-deep"}) {
-      if (const std::optional<PoolerGemmShape> s = candidate_shape(label, n, k, rows, process_overrides())) {
-        paths.push_back({label, *s});
-        break;
-      }
-    }
-  }
   return paths;
 }
 

@@ -18,8 +18,7 @@
 //                norm (+ quantize), per layer (cuBLAS kernels without PDL)
 //   w paths      a row per weight path of the GEMM (bench::weight_paths): "stream"
 //                (registers or a ring), and where w fits on chip "on-chip" and
-//                "on-chip-2" (two CTAs per SM), the candidates "regs-all" and "ring-deep"
-//                (tools/harness/candidate_shapes.hpp); "*" marks the rule's (the stock path
+//                "on-chip-2" (two CTAs per SM); "*" marks the rule's (the stock path
 //                and the stock norm are timed once per (tp, b))
 // NVLink is absent: every publish stores into local HBM, so the fused figures lack the
 // NVLink latency of a real run, and the stock path lacks NCCL's.
@@ -516,9 +515,7 @@ int chain_main(int argc, char** argv) {
         "  BF16 and one NVFP4 layer with each trigger timed against the stock norm (+ quantize)\n"
         "  of the plain GEMM's output, bit for bit. w path: the GEMM's weights streamed (stream: registers or a\n"
         "  ring), or the CTA's whole share in shared memory before the PDL wait (on-chip; on-chip-2: two CTAs per\n"
-        "  SM), or a candidate: each thread's whole share in registers before it (regs-all) or a ring as deep as\n"
-        "  shared memory holds, filled before it (ring-deep; both 128 CTAs in clusters of 4); * the rule's.\n"
-        "  Total %.1f s.\n",
+        "  SM); * the rule's. Total %.1f s.\n",
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
     if (!o.json.empty()) {
       write_chain_json(o.json, o, info, ceiling, rows);

@@ -68,9 +68,6 @@ struct EngineOptions {
   bool stock = true;
   bool prefetch = true;                     // also fused and stock with Pooler::prefetch_weights
   std::string prefetch_at = "after-oproj";  // where the layer launches it: after-oproj or start
-  // The pooler GEMM's weight path: "rule", or a candidate ("regs-all", "ring-deep":
-  // tools/harness/candidate_shapes.hpp) at the widths where it exists, the rule elsewhere.
-  std::string w_path = "rule";
   std::string arch = "sm_90";
   std::string json;
   std::string trace_dir;  // --trace: also trace 16 layers of the fused X per row, into this folder

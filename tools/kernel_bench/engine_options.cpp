@@ -64,10 +64,6 @@ options:
   --no-prefetch         skip the fused and stock X with Pooler::prefetch_weights
   --prefetch-at WHERE   where the layer launches the prefetch: after-oproj (default) or start (before the
                         pre-attention norm: the most lead time)
-  --w-path PATH         the pooler GEMM's weight path: rule (default), or a candidate at the widths
-                        where it exists (the rule elsewhere): regs-all, each thread's whole share of w in
-                        registers before the PDL wait (N = 1024), or ring-deep, a ring of as many stages
-                        as shared memory holds, filled before the wait (N = 2048)
   --arch ARCH           architecture to compile for without a GPU (default sm_90)
   --json FILE           also write the rows as JSON
   --trace DIR           also trace, per row, 16 layers (1-16) with the fused X's trace forms (the publishing
@@ -133,7 +129,6 @@ EngineOptions parse_engine_options(int argc, char** argv, bool& help) {
   app.add_flag_callback("--no-stock", [&] { o.stock = false; });
   app.add_flag_callback("--no-prefetch", [&] { o.prefetch = false; });
   tools::add_choice(app, "--prefetch-at", o.prefetch_at, {"after-oproj", "start"});
-  tools::add_choice(app, "--w-path", o.w_path, {"rule", "regs-all", "ring-deep"});
   app.add_option("--arch", o.arch);
   app.add_option("--json", o.json);
   app.add_option("--trace", o.trace_dir);
@@ -202,12 +197,6 @@ PoolerConfig engine_pooler_config(const EngineOptions& o, int tp, const std::vec
   config.edge_norms = {NormConstants{}};
   config.stock = true;
   config.overrides = bench::process_overrides();
-  if (o.w_path != "rule") {
-    // One shape for the batches given (the rig asks for one b at a time; the deep ring's stages
-    // depend on b: those of the largest).
-    config.overrides.gemm_shape = candidate_shape(o.w_path, o.pooled / tp, o.hidden,
-                                                  *std::max_element(batches.begin(), batches.end()), config.overrides);
-  }
   return config;
 }
 
@@ -217,10 +206,7 @@ std::vector<Form> engine_forms(const EngineOptions& o) {
   forms.push_back(fill_form());
   for (int tp : o.tps) {
     const EngineShape s = engine_shape(o, tp);
-    // One b at a time, as the rig builds them (a candidate's shape may depend on b).
-    for (int b : o.batches) {
-      for (Form& form : pooler_forms(engine_pooler_config(o, tp, {b})).forms) forms.push_back(std::move(form));
-    }
+    for (Form& form : pooler_forms(engine_pooler_config(o, tp, o.batches)).forms) forms.push_back(std::move(form));
     for (int b : o.batches) {
       forms.push_back(choose_gemm_plan(s.qkv_n, o.hidden, b, bench::process_overrides()).form());
       forms.push_back(choose_gemm_plan(o.hidden, s.att_k, b, bench::process_overrides()).form());

@@ -26,11 +26,9 @@ void print_engine_header(const EngineOptions& o) {
   std::printf(
       "\nengine-shaped layers in loopback (rank 0 of tp; H %d, P %d, %d layers per graph, first and last BF16; "
       "qkv %d, attention width %d, window %d / context %d every %d layers, KV %d B per token, %d experts, "
-      "top-%d, expert intermediate %d; prefetch %s; pooler w path %s; PDL on; us per layer, medians of %d "
-      "replays)\n",
+      "top-%d, expert intermediate %d; prefetch %s; PDL on; us per layer, medians of %d replays)\n",
       o.hidden, o.pooled, o.layers, o.qkv, o.attention_width, o.window, o.context, o.full_every, o.kv_bytes, o.experts,
-      o.top_k, o.expert_intermediate, o.prefetch ? o.prefetch_at.c_str() : "off",
-      (o.w_path == "rule" ? std::string("rule") : o.w_path + " where it exists, else the rule").c_str(), o.replays);
+      o.top_k, o.expert_intermediate, o.prefetch ? o.prefetch_at.c_str() : "off", o.replays);
   std::printf("%3s %3s %5s %-5s | %8s %8s %8s %8s | %7s %7s %6s %6s | %7s %7s | %7s %7s %7s %7s | %8s %6s %3s   %s\n",
               "tp", "b", "N", "trig", "fused", "stock", "null", "none", "m_fused", "m_stock", "ratio", "m_flr",
               "m_f+pf", "m_s+pf", "oth+f", "oth+s", "coll_f", "coll_s", "flr_lyr", "exprts", "rot",
@@ -88,11 +86,11 @@ void write_engine_json(const std::string& path, const EngineOptions& o, const De
       "{{\"device\": \"{}\", \"loopback\": true, \"surrogates\": [\"attention\", \"allreduce_norm\", \"router\", "
       "\"experts\"], \"hidden\": {}, \"pooled\": {}, \"qkv\": {}, \"attention_width\": {}, \"window\": {}, "
       "\"context\": {}, \"full_every\": {}, \"kv_bytes\": {}, \"experts\": {}, \"top_k\": {}, "
-      "\"expert_intermediate\": {}, \"prefetch_at\": \"{}\", \"w_path\": \"{}\", \"layers\": {}, \"replays\": {}, "
+      "\"expert_intermediate\": {}, \"prefetch_at\": \"{}\", \"layers\": {}, \"replays\": {}, "
       "\"read_ceiling_gbps\": {:.1f},\n \"rows\": [\n",
       json_escape(info.name), o.hidden, o.pooled, o.qkv, o.attention_width, o.window, o.context, o.full_every,
-      o.kv_bytes, o.experts, o.top_k, o.expert_intermediate, o.prefetch ? o.prefetch_at : "off", o.w_path, o.layers,
-      o.replays, ceiling_gbps);
+      o.kv_bytes, o.experts, o.top_k, o.expert_intermediate, o.prefetch ? o.prefetch_at : "off", o.layers, o.replays,
+      ceiling_gbps);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const EngineRow& r = rows[i];
     const bool stock = r.stock >= 0;

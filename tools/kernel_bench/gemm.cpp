@@ -11,9 +11,7 @@
 // streamed through registers or a ring: choose_streaming_gemm_shape), and where
 // the CTA's share of w fits in shared memory "on-chip" (the same CTAs, the same
 // bits) and "on-chip-2" (half the columns per CTA so that two CTAs share an SM,
-// where that differs); "regs-all" or "ring-deep" where the streaming path's prologue does
-// not hold all of w (bench::weight_paths, tools/harness/candidate_shapes.hpp). "*" marks the path the rule
-// (choose_gemm_shape) takes.
+// where that differs). "*" marks the path the rule (choose_gemm_shape) takes.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -164,9 +162,7 @@ class GemmSection final : public Section {
         "ceiling; %%read: the chained read of the same bytes per launch (above) / pdl_us; x_cublas = "
         "cublas_us / pooler_us, x_pdl = cublas_us / pdl_us. w path: stream (registers or a ring), on-chip (the "
         "CTA's whole share of w in shared memory before the PDL wait, same bits), on-chip-2 (the same with two "
-        "CTAs per SM), and where the streaming prologue does not hold all of w a candidate (regs-all: each "
-        "thread's whole share in registers; ring-deep: a ring as deep as shared memory holds; both before the "
-        "wait, 128 CTAs in clusters of 4); * the rule's. Total %.1f s.\n",
+        "CTAs per SM); * the rule's. Total %.1f s.\n",
         setup.ceiling.gbps, setup.elapsed());
     return true;
   }

@@ -50,9 +50,7 @@ options:
 
 The GEMM table has a row per weight path of each (b, N): stream (registers or a ring), and where the
 CTA's share of w fits in shared memory on-chip (the same CTAs and bits) and on-chip-2 (two CTAs per
-SM); where the streaming path's prologue does not hold all of w, a candidate that is not a rule yet:
-regs-all (N = 1024) or ring-deep (N = 2048), more of w in flight before the PDL wait (decision 0025);
-* marks the rule's.
+SM); * marks the rule's.
 
 The kernel cache is POOLER_CACHE_DIR (or the default cache); a second run reuses
 the compiled forms.
