@@ -158,10 +158,9 @@ void Pooler::Impl::all_gather(CUdeviceptr block, int b, CUstream stream) const {
       [this, b] { return fmt::format("Pooler rank {}: publishing {} rows", rank, b); });
 }
 
-// The consumer of `layer` into `out` (checked by the caller). `after_publish`: launched right after
-// this call's publishing kernel (run()), where the polling consumer may follow it; gather() may
-// follow any kernel of the caller's, so it waits where run() polls.
-ExpertInput Pooler::Impl::gather_to(int layer, int b, const ExpertInput& out, CUstream stream, bool after_publish) {
+// The consumer of `layer` into `out` (checked by the caller), right after this call's publishing
+// kernel (run()'s GEMM, gather()'s publish), whichever kernel of the caller's came before that.
+ExpertInput Pooler::Impl::gather_to(int layer, int b, const ExpertInput& out, CUstream stream) {
   const PoolerLayer& spec = options.layers[static_cast<std::size_t>(layer)];
   ensure_current(context->get());
   ExpertInput result;
@@ -182,9 +181,7 @@ ExpertInput Pooler::Impl::gather_to(int layer, int b, const ExpertInput& out, CU
     }
     return result;
   }
-  ConsumerTrigger chosen = trigger_by_rows[static_cast<std::size_t>(b)];
-  if (polls(chosen) && !after_publish) chosen = ConsumerTrigger::after_wait;
-  const auto trigger = static_cast<std::size_t>(chosen);
+  const auto trigger = static_cast<std::size_t>(trigger_by_rows[static_cast<std::size_t>(b)]);
   const ConsumerLauncher& consumer = *consumer_of_layer[trigger][static_cast<std::size_t>(layer)];
   if (spec.nvfp4()) {
     consumer.launch(stream, spec.norm_weight.data,
@@ -247,7 +244,7 @@ ExpertInput Pooler::gather(int layer, int b, CUstream stream) {
   s.check_usable();
   s.layer_at(layer, "gather");
   s.gemm_for(b, "gather", stream);
-  return s.gather_to(layer, b, s.scratch_outputs(layer, b), stream, false);
+  return s.gather_to(layer, b, s.scratch_outputs(layer, b), stream);
 }
 
 ExpertInput Pooler::gather(int layer, int b, const ExpertInput& out, CUstream stream) {
@@ -256,7 +253,7 @@ ExpertInput Pooler::gather(int layer, int b, const ExpertInput& out, CUstream st
   s.layer_at(layer, "gather");
   s.gemm_for(b, "gather", stream);
   s.check_outputs(layer, b, out, "gather");
-  return s.gather_to(layer, b, out, stream, false);
+  return s.gather_to(layer, b, out, stream);
 }
 
 ExpertInput Pooler::run(int layer, const TensorView& x, CUstream stream) {
@@ -266,7 +263,7 @@ ExpertInput Pooler::run(int layer, const TensorView& x, CUstream stream) {
   const int b = s.rows_of(x, "run", stream);
   const PoolerGemm& gemm = s.gemm_for(b, "run", stream);
   s.project_and_publish(spec, x, gemm, stream);
-  return s.gather_to(layer, b, s.scratch_outputs(layer, b), stream, true);
+  return s.gather_to(layer, b, s.scratch_outputs(layer, b), stream);
 }
 
 ExpertInput Pooler::run(int layer, const TensorView& x, const ExpertInput& out, CUstream stream) {
@@ -277,7 +274,7 @@ ExpertInput Pooler::run(int layer, const TensorView& x, const ExpertInput& out, 
   const PoolerGemm& gemm = s.gemm_for(b, "run", stream);
   s.check_outputs(layer, b, out, "run");
   s.project_and_publish(spec, x, gemm, stream);
-  return s.gather_to(layer, b, out, stream, true);
+  return s.gather_to(layer, b, out, stream);
 }
 
 void Pooler::prefetch_weights(int layer, CUstream stream) {

@@ -113,7 +113,7 @@ struct Pooler::Impl {
   void check_outputs(int layer, int b, const ExpertInput& out, const char* call) const;
   ExpertInput scratch_outputs(int layer, int b) const;
   void project_and_publish(const PoolerLayer& spec, const TensorView& x, const PoolerGemm& gemm, CUstream stream);
-  ExpertInput gather_to(int layer, int b, const ExpertInput& out, CUstream stream, bool after_publish);
+  ExpertInput gather_to(int layer, int b, const ExpertInput& out, CUstream stream);
 };
 
 }  // namespace pooler

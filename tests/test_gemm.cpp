@@ -608,16 +608,17 @@ TEST(PoolerForms, ConsumerTriggerCanBeForced) {
   EXPECT_EQ(consumer_trigger(on_chip, forced(ConsumerTrigger::after_wait)), ConsumerTrigger::after_wait);
   EXPECT_EQ(consumer_trigger(streaming, forced(ConsumerTrigger::after_wait)), ConsumerTrigger::after_wait);
   EXPECT_EQ(consumer_trigger(streaming, forced(ConsumerTrigger::before_wait)), ConsumerTrigger::before_wait);
-  // Polling at every b whose GEMM triggers after its wait, never where it triggers in its prologue.
+  // Polling at every b, also where the GEMM triggers in its prologue (the hand-over by ticket,
+  // decision 0026).
   const TuningOverrides polling = forced(ConsumerTrigger::polling);
+  ASSERT_TRUE(on_chip.triggers_in_prologue());
   EXPECT_EQ(consumer_trigger(many, polling), ConsumerTrigger::polling);
-  EXPECT_EQ(consumer_trigger(on_chip, polling), ConsumerTrigger::before_wait);
-  EXPECT_EQ(consumer_trigger(choose_gemm_plan(512, kHidden, 8), polling), ConsumerTrigger::before_wait);
+  EXPECT_EQ(consumer_trigger(on_chip, polling), ConsumerTrigger::polling);
   EXPECT_EQ(consumer_trigger(streaming, polling), ConsumerTrigger::polling);
   const TuningOverrides early = forced(ConsumerTrigger::polling_early);
   EXPECT_EQ(consumer_trigger(many, early), ConsumerTrigger::polling_early);
   EXPECT_EQ(consumer_trigger(choose_gemm_plan(2048, kHidden, 8), early), ConsumerTrigger::polling_early);
-  EXPECT_EQ(consumer_trigger(on_chip, early), ConsumerTrigger::before_wait);
+  EXPECT_EQ(consumer_trigger(on_chip, early), ConsumerTrigger::polling_early);
   for (ConsumerTrigger trigger : kAllConsumerTriggers) {
     EXPECT_EQ(consumer_trigger(many, forced(trigger)), trigger) << to_string(trigger);
   }

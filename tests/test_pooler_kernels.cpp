@@ -226,7 +226,8 @@ TEST(MailboxLayout, PeersAreValidated) {
 TEST(MailboxLayout, SharedStructsHaveTheDeviceLayout) {
   EXPECT_EQ(offsetof(MailboxStateBlock, stage), 0u);
   EXPECT_EQ(offsetof(MailboxStateBlock, rows), 4u);
-  EXPECT_EQ(offsetof(MailboxStateBlock, arrived), 16u);
+  EXPECT_EQ(offsetof(MailboxStateBlock, launches), 16u);
+  EXPECT_EQ(offsetof(MailboxStateBlock, published), 28u);
   EXPECT_EQ(offsetof(MailboxStateBlock, failed), 20u);
   EXPECT_EQ(offsetof(TimeoutRecord, elapsed_ns), 24u);
   EXPECT_EQ(sizeof(MailboxPeers), 64u);

@@ -22,11 +22,21 @@ constexpr u32 kMailboxSentinelPair = 0x80008000u;
 struct MailboxStateBlock {
   u32 stage;                 // stage of the next call, 0..2
   u32 rows[kMailboxStages];  // rows the last call of each stage wrote, to clear next time
-  u32 arrived;               // polling consumer: CTAs of the current call that have read the state
+  u32 launches;              // publishing launches: each takes its ticket here before it lets the consumer start
   u32 failed;                // sticky: a poll passed its deadline
   u32 calls;                 // completed consumer calls (diagnostics and tests)
-  u32 published;             // `stage` as this call's publisher read it (the one-round-trip consumer's stage)
+  u32 published;             // the hand-over: this call's ticket, stage and rows to clear (mailbox_hand_over)
 };
+
+// The hand-over word: bits 0-1 the call's stage, 2-12 the rows the previous call left in stage
+// (stage + 2) % 3, 13 "fresh" (set by the publisher, cleared by the consumer once the call is done,
+// so that a consumer whose publisher never ran does not take the previous call's hand-over), 14-31
+// the low bits of the publisher's ticket (its launch's number). Zero (a reset state) is not fresh.
+constexpr u32 kHandOverRowsBits = 11;
+constexpr u32 kHandOverFresh = 1u << (2 + kHandOverRowsBits);
+constexpr u32 kHandOverTagShift = 3 + kHandOverRowsBits;
+constexpr u32 kHandOverTagMask = (1u << (32 - kHandOverTagShift)) - 1u;
+static_assert((1u << kHandOverRowsBits) > 1024u, "the hand-over holds any capacity's row count");
 
 // What the first poller to pass its deadline leaves in host-visible (mapped) memory, `flag` last.
 struct TimeoutRecord {
@@ -73,11 +83,37 @@ POOLER_DEVICE unsigned long long mailbox_row_offset(u32 stage, u32 slot, u32 row
 
 // ---- the publisher side --------------------------------------------------------------------
 
-// After the publisher's PDL wait, with the `stage` it read: hands the call's stage to the
-// one-round-trip consumer, which reads it instead of `stage`, the word its CTA 0 advances.
-// why: docs/design/protocol.md, "The one-round-trip consumer".
-POOLER_DEVICE void mailbox_hand_over_stage(const MailboxStateBlock* state, u32 stage) {
-  if (blockIdx.x == 0 && threadIdx.x == 0) st_relaxed_gpu_u32(&const_cast<MailboxStateBlock*>(state)->published, stage);
+POOLER_DEVICE u32 hand_over_word(u32 ticket, u32 stage, u32 rows_to_clear) {
+  return ((ticket & kHandOverTagMask) << kHandOverTagShift) | kHandOverFresh | (rows_to_clear << 2) | stage;
+}
+POOLER_DEVICE bool hand_over_fresh(u32 word) { return (word & kHandOverFresh) != 0u; }
+POOLER_DEVICE u32 hand_over_stage(u32 word) { return word & 3u; }
+POOLER_DEVICE u32 hand_over_rows(u32 word) { return (word >> 2) & ((1u << kHandOverRowsBits) - 1u); }
+POOLER_DEVICE u32 hand_over_tag(u32 word) { return word >> kHandOverTagShift; }
+
+// A publishing kernel's ticket, in two steps so that the add's round trip overlaps the kernel's
+// prologue loads: mailbox_take_ticket issues it (CTA 0's thread 0; 0 elsewhere) before them, and
+// every thread calls mailbox_ticket_taken before the CTA lets the consumer start. Its barrier's
+// operand is the ticket, so no thread of CTA 0 passes it, and none triggers, before the add has been
+// performed: the consumer, launched once every CTA has triggered, reads `launches` with this launch
+// counted, and (reading it before it triggers in turn) without the next one's. why:
+// docs/design/protocol.md, "The hand-over".
+POOLER_DEVICE u32 mailbox_take_ticket(const MailboxStateBlock* state) {
+  u32 ticket = 0u;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    ticket = atom_add_relaxed_gpu_u32(&const_cast<MailboxStateBlock*>(state)->launches, 1u);
+  }
+  return ticket;
+}
+POOLER_DEVICE void mailbox_ticket_taken(u32 ticket) { (void)__syncthreads_or(ticket == 0xFFFFFFFFu); }
+
+// After the publisher's PDL wait (the previous call's consumer has completed, so `stage` and `rows`
+// are settled): CTA 0's thread 0 hands the call's ticket, stage and rows to clear to the consumer,
+// which reads them from `published` instead of `stage`, the word its CTA 0 advances.
+POOLER_DEVICE void mailbox_hand_over(const MailboxStateBlock* state, u32 ticket, u32 stage, u32 rows_to_clear) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    st_relaxed_gpu_u32(&const_cast<MailboxStateBlock*>(state)->published, hand_over_word(ticket, stage, rows_to_clear));
+  }
 }
 
 // What a publisher needs after its PDL wait: the call's stage (handed over to the consumer), and
@@ -91,10 +127,15 @@ struct MailboxPublish {
   bool allowed;
 };
 
-POOLER_DEVICE MailboxPublish mailbox_begin_publish(const MailboxStateBlock* state) {
-  const u32 stage = ld_relaxed_gpu_u32(&state->stage);
+// `ticket`: mailbox_take_ticket's (CTA 0's thread 0 hands it over).
+POOLER_DEVICE MailboxPublish mailbox_begin_publish(const MailboxStateBlock* state, u32 ticket) {
+  u32 head[4];  // {stage, rows[0..2]}
+  ld_relaxed_gpu_v4(&state->stage, head);
   const u32 failed = ld_relaxed_gpu_u32(&state->failed);
-  mailbox_hand_over_stage(state, stage);
+  const u32 stage = head[0];
+  // rows[(stage + 2) % 3], without indexing registers by a run-time value.
+  const u32 rows_to_clear = stage == 0u ? head[3] : stage == 1u ? head[1] : head[2];
+  mailbox_hand_over(state, ticket, stage, rows_to_clear);
   return MailboxPublish{stage, failed == 0u};
 }
 
@@ -191,7 +232,7 @@ POOLER_DEVICE bool mailbox_poll16(const u16* mailbox, MailboxStateBlock* state, 
 struct MailboxSnapshot {
   u32 stage;          // this call's stage: `published`, as this call's publisher handed it over
   u32 rows_to_clear;  // rows the previous call left in stage (stage + 2) % 3
-  u32 calls;          // completed calls before this one
+  u32 hand_over;      // the hand-over word as read (mailbox_advance marks it taken)
 };
 
 // Word k: columns 2k (low) and 2k + 1 (high).
@@ -232,21 +273,22 @@ template <int kTp, int kCapacity, int kWidth>
 POOLER_DEVICE bool mailbox_read16(const u16* mailbox, MailboxStateBlock* state, TimeoutRecord* record, u32 row,
                                   u32 column, int rank, int layer, unsigned long long timeout_ns,
                                   MailboxSnapshot& snapshot, u32 (&x)[8]) {
-  u32 head[4], tail[4];  // {stage, rows[0..2]}, {arrived, failed, calls, published}
+  u32 head[4], tail[4];  // {stage, rows[0..2]}, {launches, failed, calls, published}
   ld_relaxed_gpu_v4(&state->stage, head);
-  ld_relaxed_gpu_v4(&state->arrived, tail);
+  ld_relaxed_gpu_v4(&state->launches, tail);
   u32 x0[8], x1[8], x2[8];
   mailbox_load16<kTp, kCapacity, kWidth>(mailbox, 0u, row, column, x0);
   mailbox_load16<kTp, kCapacity, kWidth>(mailbox, 1u, row, column, x1);
   mailbox_load16<kTp, kCapacity, kWidth>(mailbox, 2u, row, column, x2);
   // CTA 0 (the one that advances `stage`) checks the hand-over; on a mismatch it reports its own slot
   // missing and goes on with `stage`, so that the call ends as a timed-out call does.
-  const bool handed_over = !(blockIdx.x == 0 && threadIdx.x == 0) || head[0] == tail[3];
-  const u32 stage = handed_over ? tail[3] : head[0];
+  const bool handed_over =
+      !(blockIdx.x == 0 && threadIdx.x == 0) || (head[0] == hand_over_stage(tail[3]) && hand_over_fresh(tail[3]));
+  const u32 stage = handed_over ? hand_over_stage(tail[3]) : head[0];
   snapshot.stage = stage;
+  snapshot.hand_over = tail[3];
   // rows[(stage + 2) % 3], without indexing registers by a run-time value.
   snapshot.rows_to_clear = stage == 0u ? head[3] : stage == 1u ? head[1] : head[2];
-  snapshot.calls = tail[2];
   if (!handed_over) {
     mailbox_report_timeout(state, record, rank, rank, layer, stage, row, 0ull);
     return false;
@@ -257,17 +299,6 @@ POOLER_DEVICE bool mailbox_read16(const u16* mailbox, MailboxStateBlock* state, 
   if (!has_sentinel16(x)) return true;
   const MailboxCall call{stage, snapshot.rows_to_clear};
   return mailbox_poll16<kTp, kCapacity, kWidth>(mailbox, state, record, call, row, column, rank, layer, timeout_ns, x);
-}
-
-// The polling consumer (mailbox_snapshot_before_wait: CTA 0 waits for the others' reads): CTAs
-// other than 0, once every thread of the CTA has read (the barrier), with `stage`, the value
-// this CTA read from the state: the relaxed add takes an operand computed from it (1 for any stage
-// below 2^31), so it cannot be issued before that read has returned. No release: its fence would
-// wait for the SM's other memory traffic, the next GEMM's streaming w, for microseconds.
-// why: docs/design/protocol.md, "Memory ordering".
-POOLER_DEVICE void mailbox_arrive_after_read(MailboxStateBlock* state, u32 stage) {
-  __syncthreads();
-  if (threadIdx.x == 0 && blockIdx.x != 0) red_add_relaxed_gpu_u32(&state->arrived, 1u + (stage >> 31));
 }
 
 // After the outputs are stored: clear what was read and what the previous call left; CTA 0 then
@@ -286,11 +317,14 @@ POOLER_DEVICE void mailbox_clear16(u16* mailbox, const MailboxSnapshot& snapshot
   mailbox_clear_previous<kTp, kCapacity, kWidth>(mailbox, MailboxCall{snapshot.stage, snapshot.rows_to_clear}, column);
 }
 
-// CTA 0's thread 0: the call's rows (what the next call clears), the next stage, the count.
+// CTA 0's thread 0: the hand-over marked taken, the call's rows (what the next call clears), the next
+// stage, the count (an add: a polling consumer has not read `calls`, which the previous call's
+// consumer may still be writing). The next publisher hands over only after its wait, after these.
 POOLER_DEVICE void mailbox_advance(MailboxStateBlock* state, const MailboxSnapshot& snapshot, u32 row_ctas) {
+  st_relaxed_gpu_u32(&state->published, snapshot.hand_over & ~kHandOverFresh);
   st_relaxed_gpu_u32(&state->rows[snapshot.stage], row_ctas == 1u ? 0u : gridDim.x / row_ctas);
   st_relaxed_gpu_u32(&state->stage, (snapshot.stage + 1u) % kMailboxStages);
-  st_relaxed_gpu_u32(&state->calls, snapshot.calls + 1u);
+  red_add_relaxed_gpu_u32(&state->calls, 1u);
 }
 
 template <int kTp, int kCapacity, int kWidth>
@@ -301,82 +335,49 @@ POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, cons
   mailbox_advance(state, snapshot, row_ctas);
 }
 
-// ---- the polling consumer: the state read and the mailbox polled before the PDL wait ---------
+// ---- the polling consumer: the hand-over taken and the mailbox polled before the PDL wait ------
 // why: docs/design/protocol.md, "The polling consumer".
 
-// Every thread, before the PDL wait, in a consumer launched right after a kernel that lets it
-// start only after its own wait (the publish kernel; a GEMM whose prologue does not hold all of
-// w): that wait has returned, so the previous call's consumer has completed and the state is
-// settled. CTA 0 advances `stage` once its row is done, possibly before another CTA of this grid
-// has started, so every other CTA then reports that it has read the state
-// (mailbox_arrive_after_read), and CTA 0 waits for those reports before it advances.
-// `failed`: the sticky flag as read with the state (an earlier call gave up).
-POOLER_DEVICE MailboxSnapshot mailbox_snapshot_before_wait(MailboxStateBlock* state, u32& failed) {
-  u32 head[4], tail[4];  // {stage, rows[0..2]}, {arrived, failed, calls, published}
-  ld_relaxed_gpu_v4(&state->stage, head);
-  ld_relaxed_gpu_v4(&state->arrived, tail);
-  MailboxSnapshot snapshot;
-  snapshot.stage = head[0];
-  snapshot.rows_to_clear = head[0] == 0u ? head[3] : head[0] == 1u ? head[1] : head[2];
-  snapshot.calls = tail[2];
-  failed = tail[1];
-  mailbox_arrive_after_read(state, snapshot.stage);
-  return snapshot;
-}
-
-// CTA 0's thread 0, after its poll: the reports so far (0 elsewhere), issued here so that its round
-// trip overlaps the norm; mailbox_finish_polled16 uses it.
-POOLER_DEVICE u32 mailbox_peek_arrivals(const MailboxStateBlock* state) {
-  return blockIdx.x == 0 && threadIdx.x == 0 ? ld_relaxed_gpu_u32(&state->arrived) : 0u;
-}
-
-// The polling consumer's read, before the PDL wait: the state, then this thread's 16 columns of
-// `row`, polled in the snapshot's stage; `arrivals` as mailbox_peek_arrivals. False after a timeout,
-// this call's or an earlier one's.
-template <int kTp, int kCapacity, int kWidth>
-POOLER_DEVICE bool mailbox_read_polled16(const u16* mailbox, MailboxStateBlock* state, TimeoutRecord* record, u32 row,
-                                         u32 column, int rank, int layer, unsigned long long timeout_ns,
-                                         MailboxSnapshot& snapshot, u32& arrivals, u32 (&x)[8]) {
-  u32 failed = 0u;
-  snapshot = mailbox_snapshot_before_wait(state, failed);
-  // After an earlier call gave up, no poll: this call's rows are not to be trusted.
-  const bool ok = failed == 0u && mailbox_poll16<kTp, kCapacity, kWidth>(
-                                      mailbox, state, record, MailboxCall{snapshot.stage, snapshot.rows_to_clear}, row,
-                                      column, rank, layer, timeout_ns, x);
-  arrivals = mailbox_peek_arrivals(state);
-  return ok;
-}
-
-// The one-round-trip consumer's read: polled before the PDL wait (kPolling; the kernel before it
-// let it start only after its own wait, so the state is settled) or after it (mailbox_read16).
-template <int kTp, int kCapacity, int kWidth, bool kPolling>
-POOLER_DEVICE bool mailbox_read_one_round_trip16(const u16* mailbox, MailboxStateBlock* state, TimeoutRecord* record,
-                                                 u32 row, u32 column, int rank, int layer,
-                                                 unsigned long long timeout_ns, MailboxSnapshot& snapshot,
-                                                 u32& arrivals, u32 (&x)[8]) {
-  if constexpr (kPolling) {
-    return mailbox_read_polled16<kTp, kCapacity, kWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns,
-                                                         snapshot, arrivals, x);
-  } else {
-    return mailbox_read16<kTp, kCapacity, kWidth>(mailbox, state, record, row, column, rank, layer, timeout_ns,
-                                                  snapshot, x);
+// Every thread of the polling consumer, before its PDL wait, after any kernel, and before it lets
+// the next launch start: this call's hand-over. The publisher launched just before took ticket
+// `launches - 1` (mailbox_take_ticket) and, after its own wait, hands over its stage and the rows to
+// clear under that ticket; until then `published` holds the previous call's, which the tag tells
+// apart. The previous call's consumer may still be running (its publisher may have let this grid
+// start before its own wait), so nothing here reads `stage` or `rows`, which that consumer writes.
+// The barrier's operand is computed from the values read, so no thread of the CTA passes it (and the
+// kernel lets the next launch start after it) before every thread's read of `launches` has returned.
+// False, CTA-uniform, after a timeout, this call's (the hand-over never came) or an earlier one's.
+POOLER_DEVICE bool mailbox_take_hand_over(MailboxStateBlock* state, TimeoutRecord* record, u32 row, int rank, int layer,
+                                          unsigned long long timeout_ns, MailboxSnapshot& snapshot) {
+  u32 tail[4];  // {launches, failed, calls, published}
+  ld_relaxed_gpu_v4(&state->launches, tail);
+  const u32 tag = (tail[0] - 1u) & kHandOverTagMask;
+  u32 word = tail[3];
+  bool handed_over = true;
+  if (!hand_over_fresh(word) || hand_over_tag(word) != tag) {
+    const unsigned long long start = global_timer_ns();
+    for (;;) {
+      word = ld_relaxed_gpu_u32(&state->published);
+      if (hand_over_fresh(word) && hand_over_tag(word) == tag) break;
+      const unsigned long long elapsed = global_timer_ns() - start;
+      if (elapsed > timeout_ns) {
+        // This rank's own publisher never handed over: reported as its own slot missing.
+        mailbox_report_timeout(state, record, rank, rank, layer, ld_relaxed_gpu_u32(&state->stage), row, elapsed);
+        handed_over = false;
+        break;
+      }
+    }
   }
-}
-
-// As mailbox_finish16; CTA 0 calls it after its PDL wait (so every kernel before it has read
-// `stage`) and advances once every other CTA has reported: at once where the peeked count holds
-// them all, else by waiting (ld.acquire). The peeked count is a relaxed load: the stores after it depend on it by
-// control only (docs/design/protocol.md, "Memory ordering").
-template <int kTp, int kCapacity, int kWidth>
-POOLER_DEVICE void mailbox_finish_polled16(u16* mailbox, MailboxStateBlock* state, const MailboxSnapshot& snapshot,
-                                           u32 arrivals, u32 row, u32 column, u32 row_ctas) {
-  mailbox_clear16<kTp, kCapacity, kWidth>(mailbox, snapshot, row, column, row_ctas);
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  if (gridDim.x > 1u && arrivals != gridDim.x - 1u) {
-    while (ld_acquire_gpu_u32(&state->arrived) != gridDim.x - 1u) {}
+  snapshot.stage = hand_over_stage(word);
+  snapshot.rows_to_clear = hand_over_rows(word);
+  snapshot.hand_over = word;
+  if (!handed_over) {  // the state's own view; the call's outputs are poison anyway
+    u32 head[4];       // {stage, rows[0..2]}
+    ld_relaxed_gpu_v4(&state->stage, head);
+    snapshot.stage = head[0];
+    snapshot.rows_to_clear = head[0] == 0u ? head[3] : head[0] == 1u ? head[1] : head[2];
   }
-  mailbox_advance(state, snapshot, row_ctas);
-  st_relaxed_gpu_u32(&state->arrived, 0u);
+  return __syncthreads_and(handed_over && tail[1] == 0u) != 0;
 }
 
 #endif  // __CUDACC__

@@ -122,6 +122,12 @@ POOLER_DEVICE void red_add_relaxed_gpu_u32(u32* address, u32 value) {
   asm volatile("red.relaxed.gpu.global.add.u32 [%0], %1;" : : "l"(address), "r"(value) : "memory");
 }
 
+POOLER_DEVICE u32 atom_add_relaxed_gpu_u32(u32* address, u32 value) {
+  u32 old;
+  asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(address), "r"(value) : "memory");
+  return old;
+}
+
 POOLER_DEVICE u32 atom_add_acq_rel_gpu_u32(u32* address, u32 value) {
   u32 old;
   asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(address), "r"(value) : "memory");

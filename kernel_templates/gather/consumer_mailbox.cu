@@ -4,10 +4,9 @@
 // BF16 edge layers) writes them and their pre_expert_norm: rows, normed [b, POOLED] BF16. Bit for
 // bit the stock path but for a zero code's sign (NVFP4) or -0.0 (BF16): numerics.md; protocol.md.
 // Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, NVFP4,
-// TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait; polling: at its
-// start, else once its row is read), POLLING (1: reads the state and polls before its PDL wait,
-// which comes at its end; only right after a kernel that triggers after its own wait: protocol.md,
-// "The polling consumer"), TRACE
+// TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait; polling: once the
+// hand-over is taken, else once its row is read), POLLING (1: takes the hand-over and polls before
+// its PDL wait, which comes at its end; after any kernel: protocol.md, "The polling consumer"), TRACE
 // (1: consumer_trace.cuh records when each CTA passes each step).
 // Arguments: one ConsumerParams (consumer_params.cuh, shared with the host launcher).
 // Launch: grid (b * row_ctas), block (POOLED / 16); CTA i reads row i / row_ctas, thread t columns
@@ -147,9 +146,9 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16) pooler_consumer(const 
   const float gs = output_scale(p.out);
   // The next launch may start before the wait where its prologue holds its whole w on chip
   // (docs/decisions/0016-consumer-trigger-before-wait.md). A polling consumer waits only at its end;
-  // it lets the next launch start once its row is read, or at once where the next GEMM's prologue
-  // is short (docs/decisions/0023-polling-consumer-early-trigger.md).
-  if constexpr (TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
+  // it lets the next launch start once its row is read, or once it has taken the hand-over where the
+  // next GEMM's prologue is short (docs/decisions/0023-polling-consumer-early-trigger.md, 0026).
+  if constexpr (TRIGGER_BEFORE_WAIT && !POLLING) pdl_launch_dependents();
   if constexpr (!POLLING) {
     pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
     if constexpr (!TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
@@ -161,12 +160,20 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16) pooler_consumer(const 
   if constexpr (!NVFP4) out = output_row(p.out, row);
   u32 x[8];
   MailboxSnapshot snapshot{0u, 0u, 0u};
-  u32 arrivals = 0u;  // polling: CTA 0's peek at the other CTAs' reports
-  // Polling: the state and the row before the PDL wait (docs/design/protocol.md, "The polling consumer").
-  const bool read = mailbox_read_one_round_trip16<TP, CAPACITY, kShardWidth, POLLING == 1>(
-      p.mailbox, p.state, p.record, row, column, p.rank, p.layer, p.timeout_ns, snapshot, arrivals, x);
+  bool read = false;
+  if constexpr (POLLING) {
+    // The hand-over, then the row, before the PDL wait (docs/design/protocol.md, "The polling consumer");
+    // the next launch may start once every thread has taken the hand-over (it takes the next ticket).
+    const bool handed_over = mailbox_take_hand_over(p.state, p.record, row, p.rank, p.layer, p.timeout_ns, snapshot);
+    if constexpr (TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
+    read = handed_over && mailbox_poll16<TP, CAPACITY, kShardWidth>(p.mailbox, p.state, p.record,
+                                                                    MailboxCall{snapshot.stage, snapshot.rows_to_clear},
+                                                                    row, column, p.rank, p.layer, p.timeout_ns, x);
+  } else {
+    read = mailbox_read16<TP, CAPACITY, kShardWidth>(p.mailbox, p.state, p.record, row, column, p.rank, p.layer,
+                                                     p.timeout_ns, snapshot, x);
+  }
   trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
-  // Polling: this CTA reported its read of the state already; else nothing: no CTA waits for another.
   trace.mark(consumer_trace::kArrived);
   if constexpr (POLLING && !TRIGGER_BEFORE_WAIT) pdl_launch_dependents();  // every CTA has its row
   // After a timeout, this call's or an earlier one's, the outputs are poison, not undefined; the
@@ -192,10 +199,6 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16) pooler_consumer(const 
   // A polling consumer's completion implies the previous kernel's, as a waiting one's does, and
   // its state writes follow every read of `stage` by the kernels before it.
   if constexpr (POLLING) pdl_wait();
-  if constexpr (POLLING) {
-    mailbox_finish_polled16<TP, CAPACITY, kShardWidth>(p.mailbox, p.state, snapshot, arrivals, row, column, split.ctas);
-  } else {
-    mailbox_finish16<TP, CAPACITY, kShardWidth>(p.mailbox, p.state, snapshot, row, column, split.ctas);
-  }
+  mailbox_finish16<TP, CAPACITY, kShardWidth>(p.mailbox, p.state, snapshot, row, column, split.ctas);
   trace.mark(consumer_trace::kFinished);
 }

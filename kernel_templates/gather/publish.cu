@@ -18,6 +18,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     pooler_publish(const pooler::u16* shard, const pooler::MailboxStateBlock* state, pooler::MailboxPeers peers,
                    int rank, int rows) {
   using namespace pooler;
+  const u32 ticket = mailbox_take_ticket(state);  // taken before this CTA lets the consumer start
+  mailbox_ticket_taken(ticket);
   pdl_wait();  // the shard is the previous kernel's output; the stage was advanced by the last consumer
   pdl_launch_dependents();
   constexpr u32 kVectorsPerRow = kShardWidth / 8;
@@ -25,7 +27,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   if (vector >= static_cast<u32>(rows) * kVectorsPerRow) return;
   const u32 row = vector / kVectorsPerRow;
   const u32 column = (vector % kVectorsPerRow) * 8u;
-  const MailboxPublish publish = mailbox_begin_publish(state);
+  const MailboxPublish publish = mailbox_begin_publish(state, ticket);
   if (!publish.allowed) return;  // a poll on this rank gave up (mailbox_begin_publish)
   u32 v[4];
   ld_global_v4(shard + static_cast<unsigned long long>(row) * kShardWidth + column, v);

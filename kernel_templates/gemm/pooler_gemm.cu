@@ -202,6 +202,10 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     if (thread_x == 0 && split < kOwners) pooler::mbarrier_expect_bytes(barrier, kPartials * ROWS * kOwned * 4);
   }
   const unsigned long long policy = pooler::l2_evict_first_policy();
+  // The launch's ticket, issued ahead of the prologue's loads (after the mbarrier init, whose fence
+  // would wait for it); taken below, before this CTA triggers.
+  u32 ticket = 0u;
+  if constexpr (kPublish) ticket = pooler::mailbox_take_ticket(state);
   // Prologue, before pdl_wait (w is never written by a kernel): registers, ring or all on chip.
   U32x4 wbuf[STAGES == 0 && !W_ON_CHIP ? K_UNROLL : 1][TILES][2];
   Ring ring{};
@@ -244,6 +248,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // only where the prologue issued all of w. why: docs/design/gemm.md, "Where the next launch starts".
   static_assert(!TRIGGER_IN_PROLOGUE || W_ON_CHIP || (STAGES == 0 ? kIterations == 1 : STAGES == kChunks),
                 "TRIGGER_IN_PROLOGUE needs all of w issued by the prologue");
+  if constexpr (kPublish) pooler::mailbox_ticket_taken(ticket);
   trace.mark(1);
   if constexpr (TRIGGER_IN_PROLOGUE) pdl_launch_dependents();
   // Cluster phase 1: every CTA has started (mbarrier initialized, shared memory writable by
@@ -385,7 +390,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 
   // After pdl_wait (the previous call advanced it); loaded here to hide behind the reduction.
   pooler::MailboxPublish publish{0u, false};
-  if constexpr (kPublish) publish = pooler::mailbox_begin_publish(state);
+  if constexpr (kPublish) publish = pooler::mailbox_begin_publish(state, ticket);
 
   // Partial p of column col, row r: rank col / kOwned, reduce[(p * ROWS + r) * kOwnedPitch + col % kOwned].
   float* reduce = reinterpret_cast<float*>(smem + kReduceOffset);

@@ -10,12 +10,10 @@ namespace pooler {
 // this layer's GEMM still runs (docs/decisions/0016-consumer-trigger-before-wait.md). Both are
 // safe: the next kernel waits for this one in its own PDL wait, and once every CTA of this grid has
 // triggered, all of them are resident.
-// polling: reads the state and polls the mailbox before its PDL wait, triggers once its row is
-// read, and waits at its end (decision 0022). Valid only right after a kernel that triggers after
-// its own wait (the publish kernel; a GEMM whose prologue does not hold all of w: consumer_trigger),
-// since it reads the stage the previous call's consumer advanced. polling_early: the same, but
-// triggers at its start, so that the next GEMM's prologue overlaps the poll; pays where that
-// prologue is short (decision 0023).
+// polling: takes its call's hand-over (by its publisher's ticket) and polls the mailbox before its
+// PDL wait, triggers once its row is read, and waits at its end (decision 0022); valid after any
+// kernel (decision 0026). polling_early: the same, but triggers once it has taken the hand-over, so
+// that the next GEMM's prologue overlaps the poll; pays where that prologue is short (decision 0023).
 enum class ConsumerTrigger { after_wait, before_wait, polling, polling_early };
 inline constexpr int kConsumerTriggers = 4;
 inline constexpr ConsumerTrigger kAllConsumerTriggers[kConsumerTriggers] = {

@@ -12,9 +12,10 @@ namespace pooler {
 
 ConsumerTrigger consumer_trigger(const GemmPlan& gemm, const TuningOverrides& overrides) {
   const std::optional<ConsumerTrigger> forced = overrides.consumer_trigger;
-  if (forced == ConsumerTrigger::before_wait || forced == ConsumerTrigger::after_wait) return *forced;
+  // Any trigger is valid after any GEMM: a polling consumer takes its call's hand-over by ticket
+  // (decision 0026).
+  if (forced) return *forced;
   if (!gemm.triggers_after_its_wait()) return ConsumerTrigger::before_wait;
-  if (forced) return *forced;  // polling or polling_early
   if (gemm.rows() > kPollingRows) return ConsumerTrigger::after_wait;
   return polling_trigger(gemm.n(), gemm.k(), overrides);
 }

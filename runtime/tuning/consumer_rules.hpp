@@ -23,12 +23,12 @@ inline constexpr int kPollingRows = 8;
 // polls (b <= kPollingRows) or triggers after its wait (decisions 0016, 0018, 0021, 0022). A
 // polling consumer lets the next launch start at its start (polling_early) where the width's GEMM
 // streams w without a ring at few rows (!ring_at_few_rows: N = 1024 at K = 8192), whose prologue
-// is short; once its row is read (polling) beside a ring (decision 0023).
-// overrides.consumer_trigger (POOLER_CONSUMER_TRIGGER; for comparisons and tests: all give the
-// same bits): before_wait or after_wait at every b, polling or polling_early at every b whose GEMM
-// triggers after its wait (before_wait elsewhere). run() only: gather() launches the after_wait
-// consumer where this says polling or polling_early (its publish may follow any kernel of the
-// caller's). `overrides` also reach ring_at_few_rows (the GEMM rule's ring).
+// is short (once it has taken its hand-over); once its row is read (polling) beside a ring
+// (decision 0023). overrides.consumer_trigger (POOLER_CONSUMER_TRIGGER; for comparisons and tests:
+// all give the same bits): that trigger at every b, after any GEMM (a polling consumer takes its
+// call's hand-over by ticket, decision 0026). gather() launches the same consumer as run(): its
+// publish kernel hands over as the GEMM does. `overrides` also reach ring_at_few_rows (the GEMM
+// rule's ring).
 ConsumerTrigger consumer_trigger(const GemmPlan& gemm, const TuningOverrides& overrides);
 
 // The rule's polling trigger at width N (reduction length K), what consumer_trigger gives where the

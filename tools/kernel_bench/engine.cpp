@@ -214,9 +214,10 @@ class EngineRig {
       rows.push_back(row);
     }
     const MailboxStateBlock block = p.mailbox->state().read(stream.get());
-    if (block.failed != 0u || block.arrived != 0u || p.mailbox->state().timed_out()) {
-      const std::string failure = fmt::format("FAILED: mailbox state after timing: failed {}, arrived {} ({})",
-                                              block.failed, block.arrived, p.mailbox->state().describe_timeout());
+    if (block.failed != 0u || block.launches != block.calls || p.mailbox->state().timed_out()) {
+      const std::string failure =
+          fmt::format("FAILED: mailbox state after timing: failed {}, {} launches for {} calls ({})", block.failed,
+                      block.launches, block.calls, p.mailbox->state().describe_timeout());
       for (EngineRow& row : rows) row.check = row.check == "ok" ? failure : row.check + "; " + failure;
     }
     return rows;
