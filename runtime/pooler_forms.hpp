@@ -60,8 +60,8 @@ struct PoolerForms {
   std::vector<NormConstants> nvfp4_norms;  // distinct, in the order given
   std::vector<NormConstants> edge_norms;   // distinct, in the order given
   std::optional<std::size_t> publish;      // when mailbox
-  // When mailbox: each mailbox consumer by its spec, after_wait always (gather() never polls)
-  // and the other triggers where some batch takes them.
+  // When mailbox: each mailbox consumer by its spec, after_wait always (the batches without a
+  // compiled GEMM plan) and the other triggers where some batch takes them.
   std::map<ConsumerSpec, std::size_t> consumers;
   // When gathered: the nccl transport's consumers by their spec.
   std::map<GatheredConsumerSpec, std::size_t> gathered;

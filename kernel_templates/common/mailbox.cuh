@@ -83,6 +83,12 @@ POOLER_DEVICE unsigned long long mailbox_row_offset(u32 stage, u32 slot, u32 row
 
 // ---- the publisher side --------------------------------------------------------------------
 
+// head = {stage, rows[0..2]} as loaded: rows[(stage + 2) % 3], what the previous call of `stage`
+// left to clear, without indexing registers by a run-time value.
+POOLER_DEVICE u32 rows_left_before(const u32 (&head)[4], u32 stage) {
+  return stage == 0u ? head[3] : stage == 1u ? head[1] : head[2];
+}
+
 POOLER_DEVICE u32 hand_over_word(u32 ticket, u32 stage, u32 rows_to_clear) {
   return ((ticket & kHandOverTagMask) << kHandOverTagShift) | kHandOverFresh | (rows_to_clear << 2) | stage;
 }
@@ -133,9 +139,7 @@ POOLER_DEVICE MailboxPublish mailbox_begin_publish(const MailboxStateBlock* stat
   ld_relaxed_gpu_v4(&state->stage, head);
   const u32 failed = ld_relaxed_gpu_u32(&state->failed);
   const u32 stage = head[0];
-  // rows[(stage + 2) % 3], without indexing registers by a run-time value.
-  const u32 rows_to_clear = stage == 0u ? head[3] : stage == 1u ? head[1] : head[2];
-  mailbox_hand_over(state, ticket, stage, rows_to_clear);
+  mailbox_hand_over(state, ticket, stage, rows_left_before(head, stage));
   return MailboxPublish{stage, failed == 0u};
 }
 
@@ -287,8 +291,7 @@ POOLER_DEVICE bool mailbox_read16(const u16* mailbox, MailboxStateBlock* state, 
   const u32 stage = handed_over ? hand_over_stage(tail[3]) : head[0];
   snapshot.stage = stage;
   snapshot.hand_over = tail[3];
-  // rows[(stage + 2) % 3], without indexing registers by a run-time value.
-  snapshot.rows_to_clear = stage == 0u ? head[3] : stage == 1u ? head[1] : head[2];
+  snapshot.rows_to_clear = rows_left_before(head, stage);
   if (!handed_over) {
     mailbox_report_timeout(state, record, rank, rank, layer, stage, row, 0ull);
     return false;
@@ -375,7 +378,7 @@ POOLER_DEVICE bool mailbox_take_hand_over(MailboxStateBlock* state, TimeoutRecor
     u32 head[4];       // {stage, rows[0..2]}
     ld_relaxed_gpu_v4(&state->stage, head);
     snapshot.stage = head[0];
-    snapshot.rows_to_clear = head[0] == 0u ? head[3] : head[0] == 1u ? head[1] : head[2];
+    snapshot.rows_to_clear = rows_left_before(head, head[0]);
   }
   return __syncthreads_and(handed_over && tail[1] == 0u) != 0;
 }
