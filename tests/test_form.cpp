@@ -5,6 +5,8 @@
 #include <bit>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <random>
 
@@ -13,6 +15,7 @@
 #include "runtime/jit/sample_form.hpp"
 #include "runtime/jit/template_library.hpp"
 #include "runtime/jit/trace_records.hpp"
+#include "support/process.hpp"
 #include "support/refusal.hpp"
 
 namespace pooler {
@@ -128,6 +131,31 @@ TEST(TemplateLibrary, RegistrationRefusesHeadersConflictsAndLateNewcomers) {
   const EmbeddedTemplate late[] = {{"late_newcomer.cu", "// new"}};
   EXPECT_THROW(register_templates(late), Error);
   EXPECT_THROW((void)TemplateLibrary::instance().text("late_newcomer.cu"), InvalidArgument);
+}
+
+// POOLER_TEMPLATE_DIR's folder: its subfolders too (the repository's kernel_templates/ as it is), a
+// name in two places refused naming both, and a folder that replaces nothing refused.
+TEST(TemplateLibrary, OverrideFolderIsSearchedWithItsSubfoldersAndMustReplaceSomething) {
+  const testing::ScratchDir dir;
+  std::filesystem::create_directories(dir / "common");
+  std::filesystem::create_directories(dir / "gather");
+  std::ofstream(dir / "common/pdl.cuh") << "// replaced pdl\n";
+  std::ofstream(dir / "gather/publish.cu") << "// replaced publish\n";
+  std::ofstream(dir / "gather/notes.txt") << "not a template\n";
+  const TemplateLibrary library(dir.path());
+  EXPECT_EQ(library.text("publish.cu"), "// replaced publish\n");
+  EXPECT_EQ(library.headers().at("pdl.cuh"), "// replaced pdl\n");
+  EXPECT_EQ(library.text("sample.cu"), TemplateLibrary::instance().text("sample.cu"));  // not in the folder
+
+  std::ofstream(dir / "publish.cu") << "// a second publish\n";
+  testing::expect_mentions(testing::rejection([&] { TemplateLibrary twice(dir.path()); }),
+                           {"template publish.cu is both"});
+
+  const testing::ScratchDir empty;
+  std::filesystem::create_directories(empty / "sub");
+  std::ofstream(empty / "sub/readme.md") << "nothing here\n";
+  testing::expect_mentions(testing::rejection([&] { TemplateLibrary none(empty.path()); }),
+                           {"POOLER_TEMPLATE_DIR=" + empty.path(), "holds no *.cu or *.cuh file"});
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <vector>
@@ -105,15 +106,22 @@ TemplateLibrary::TemplateLibrary(const std::string& override_dir) {
   if (!fs::is_directory(override_dir, error)) {
     throw InvalidArgument(fmt::format("POOLER_TEMPLATE_DIR={} is not a directory", override_dir));
   }
-  // The error_code forms throughout: an unlistable folder is a pooler::Error
-  // that names it, never a filesystem_error escaping a tool or the C ABI.
-  fs::directory_iterator it(override_dir, error);
-  for (const fs::directory_iterator end; !error && it != end; it.increment(error)) {
+  // Its subfolders too, so that the repository's kernel_templates/ (common/, gather/, ...) can be
+  // given as it is; templates are named by file name, so one name in two places is refused. The
+  // error_code forms throughout: an unlistable folder is a pooler::Error that names it, never a
+  // filesystem_error escaping a tool or the C ABI.
+  std::map<std::string, fs::path> taken;
+  fs::recursive_directory_iterator it(override_dir, error);
+  for (const fs::recursive_directory_iterator end; !error && it != end; it.increment(error)) {
     const fs::directory_entry& entry = *it;
     const std::string name = entry.path().filename().string();
     std::error_code ignored;
     if (!entry.is_regular_file(ignored) || !(name.ends_with(".cu") || is_header(name))) {
       continue;
+    }
+    if (const auto [first, inserted] = taken.emplace(name, entry.path()); !inserted) {
+      throw InvalidArgument(fmt::format("POOLER_TEMPLATE_DIR={}: template {} is both {} and {}", override_dir, name,
+                                        first->second.string(), entry.path().string()));
     }
     std::ifstream file(entry.path(), std::ios::binary);
     std::ostringstream text;
@@ -122,10 +130,16 @@ TemplateLibrary::TemplateLibrary(const std::string& override_dir) {
       throw Error(fmt::format("cannot read template {}", entry.path().string()));
     }
     (is_header(name) ? headers_ : sources_)[name] = text.str();
-    log().info("template {} taken from POOLER_TEMPLATE_DIR={}", name, override_dir);
+    log().info("template {} taken from {}", name, entry.path().string());
   }
   if (error) {
     throw Error(fmt::format("cannot list POOLER_TEMPLATE_DIR={}: {}", override_dir, error.message()));
+  }
+  // A folder that replaces nothing is a mistake (a wrong path, or files under other names): said, not
+  // silently measured as the embedded templates.
+  if (taken.empty()) {
+    throw InvalidArgument(
+        fmt::format("POOLER_TEMPLATE_DIR={} holds no *.cu or *.cuh file (its subfolders included)", override_dir));
   }
 }
 
