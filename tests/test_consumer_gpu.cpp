@@ -949,10 +949,11 @@ TEST_P(ConsumerGpu, MissingPeerTimesOutWithARecord) {
         EXPECT_EQ(record.stage, 1) << where;
         EXPECT_GE(record.row, 0) << where;
         EXPECT_LT(record.row, b) << where;
-        // A polling consumer waits for its own publisher's hand-over until its deadline, as for a
-        // peer's row (decision 0026).
-        const bool own = tp == 1 && !polls(setup.trigger);
-        if (own) {
+        // Where this rank did not publish (tp 1: its own slot), a waiting consumer finds the missing
+        // hand-over at once; a polling one waits for it until its deadline, as for a peer's row
+        // (decision 0026).
+        const bool own = tp == 1;
+        if (own && !polls(setup.trigger)) {
           EXPECT_EQ(record.elapsed_ns, 0ull) << where << ": the missing hand-over is found at once";
         } else {
           EXPECT_GE(record.elapsed_ns, kTestTimeoutNs) << where;

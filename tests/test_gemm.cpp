@@ -572,17 +572,21 @@ TEST(PoolerForms, PublishingGemmsTriggerInTheirPrologueOnlyWithWOnChipAtOneRow) 
 }
 
 TEST(PoolerForms, ConsumersPollOnlyAfterAGemmThatTriggersAfterItsWait) {
-  // The polling consumer reads the stage before its wait: valid only where the kernel before it
-  // triggers after its own wait (the template's !TRIGGER_IN_PROLOGUE). Every width and b of the
-  // rule, plain and publishing.
+  // The polling consumer waits for its publisher's ticket: valid only where that publisher took one,
+  // which a GEMM that triggers in its prologue does not (the template's TRIGGER_IN_PROLOGUE; decision
+  // 0026). Every width and b of the rule, plain and publishing, also with polling forced.
+  TuningOverrides forced_polling;
+  forced_polling.consumer_trigger = ConsumerTrigger::polling;
   for (int n : {512, 1024, 2048, 4096}) {
     for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
       const GemmPlan plan = choose_gemm_plan(n, kHidden, rows);
       const GemmPlan publishing = plan.publishing(GemmPublish{4096 / n, kCapacity});
       for (const GemmPlan* p : {&plan, &publishing}) {
-        if (polls(consumer_trigger(*p, {}))) {
-          EXPECT_FALSE(p->triggers_in_prologue()) << "N " << n << ", rows " << rows;
-          EXPECT_NE(p->form().describe_constants().find("TRIGGER_IN_PROLOGUE=0"), std::string::npos);
+        for (const TuningOverrides& overrides : {TuningOverrides{}, forced_polling}) {
+          if (polls(consumer_trigger(*p, overrides))) {
+            EXPECT_FALSE(p->triggers_in_prologue()) << "N " << n << ", rows " << rows;
+            EXPECT_NE(p->form().describe_constants().find("TRIGGER_IN_PROLOGUE=0"), std::string::npos);
+          }
         }
         EXPECT_EQ(p->triggers_after_its_wait(), !p->triggers_in_prologue());
       }
@@ -608,17 +612,18 @@ TEST(PoolerForms, ConsumerTriggerCanBeForced) {
   EXPECT_EQ(consumer_trigger(on_chip, forced(ConsumerTrigger::after_wait)), ConsumerTrigger::after_wait);
   EXPECT_EQ(consumer_trigger(streaming, forced(ConsumerTrigger::after_wait)), ConsumerTrigger::after_wait);
   EXPECT_EQ(consumer_trigger(streaming, forced(ConsumerTrigger::before_wait)), ConsumerTrigger::before_wait);
-  // Polling at every b, also where the GEMM triggers in its prologue (the hand-over by ticket,
-  // decision 0026).
+  // Polling at every b, but before_wait after a GEMM that triggers in its prologue: it takes no
+  // ticket, so nothing may poll after it (decision 0026).
   const TuningOverrides polling = forced(ConsumerTrigger::polling);
   ASSERT_TRUE(on_chip.triggers_in_prologue());
   EXPECT_EQ(consumer_trigger(many, polling), ConsumerTrigger::polling);
-  EXPECT_EQ(consumer_trigger(on_chip, polling), ConsumerTrigger::polling);
+  EXPECT_EQ(consumer_trigger(on_chip, polling), ConsumerTrigger::before_wait);
   EXPECT_EQ(consumer_trigger(streaming, polling), ConsumerTrigger::polling);
   const TuningOverrides early = forced(ConsumerTrigger::polling_early);
   EXPECT_EQ(consumer_trigger(many, early), ConsumerTrigger::polling_early);
   EXPECT_EQ(consumer_trigger(choose_gemm_plan(2048, kHidden, 8), early), ConsumerTrigger::polling_early);
-  EXPECT_EQ(consumer_trigger(on_chip, early), ConsumerTrigger::polling_early);
+  EXPECT_EQ(consumer_trigger(on_chip, early), ConsumerTrigger::before_wait);
+  EXPECT_EQ(consumer_trigger(on_chip, forced(ConsumerTrigger::after_wait)), ConsumerTrigger::after_wait);
   for (ConsumerTrigger trigger : kAllConsumerTriggers) {
     EXPECT_EQ(consumer_trigger(many, forced(trigger)), trigger) << to_string(trigger);
   }

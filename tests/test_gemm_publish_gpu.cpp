@@ -19,10 +19,10 @@
 // to a signed zero), besides weight rows of -0.0 and +0.0. tp 1, 2, 4, 8; b 1, 2, 8, 16,
 // 32; 20 consecutive calls with changing b; PDL on and off; a CUDA-graph replay; the
 // launchers' refusals. Each with the consumer triggering after its wait (with one CTA per row it
-// leaves the mailbox all sentinel after a call, with nothing recorded to clear), and polling after every kernel before
-// it: the publish kernel, and the fused GEMM wherever it triggers, in its prologue included (decision 0026); with the
-// width's polling trigger (ConsumerTrigger::polling, or polling_early where the width's GEMM has no ring at few rows,
-// as consumer_trigger).
+// leaves the mailbox all sentinel after a call, with nothing recorded to clear), and polling wherever the kernel before
+// it allows it: after the publish kernel always, after the fused GEMM where that GEMM triggers after its own wait (as
+// the Pooler's run()), else triggering after its wait; with the width's polling trigger (ConsumerTrigger::polling, or
+// polling_early where the width's GEMM has no ring at few rows, as consumer_trigger).
 //
 // Every wait on the GPU has a hard wall-clock limit: a hang ends the program with a
 // message instead of stalling the test run. Outputs are poisoned with different bytes
@@ -326,9 +326,9 @@ class Rig {
       gemm.launch_publish(stream(), x_.get(), setup_.w[sz(r)].get(), fused_->c[sz(r)].get(), fused_->peers,
                           fused_->state.state(), r, pdl_);
     }
-    // Polling after every GEMM, also one that triggers in its prologue (w on chip at one row): the
-    // consumer takes its call's hand-over by ticket (decision 0026); the Pooler's rule waits there.
-    (polling_ ? fused_->polling : fused_->consumer)
+    // Polling only where the GEMM lets the consumer start after its own wait (the Pooler's rule).
+    const bool polls = polling_ && GemmPlan(b, n(), kHidden, gemm.shape(), &gemm.publish()).triggers_after_its_wait();
+    (polls ? fused_->polling : fused_->consumer)
         ->launch(stream(), weight_.get(), Nvfp4Outputs{global_scale_.get(), fused_->packed.get(), fused_->scales.get()},
                  b, layer, pdl_);
   }

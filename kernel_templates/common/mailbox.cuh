@@ -30,12 +30,16 @@ struct MailboxStateBlock {
 
 // The hand-over word: bits 0-1 the call's stage, 2-12 the rows the previous call left in stage
 // (stage + 2) % 3, 13 "fresh" (set by the publisher, cleared by the consumer once the call is done,
-// so that a consumer whose publisher never ran does not take the previous call's hand-over), 14-31
-// the low bits of the publisher's ticket (its launch's number). Zero (a reset state) is not fresh.
+// so that a consumer whose publisher never ran does not take the previous call's hand-over), 14
+// "untagged" (a publisher without a ticket: one that lets the consumer start in its prologue, which a
+// polling consumer never follows), 15-31 the low bits of the publisher's ticket (its launch's number).
+// Zero (a reset state) is not fresh.
 constexpr u32 kHandOverRowsBits = 11;
 constexpr u32 kHandOverFresh = 1u << (2 + kHandOverRowsBits);
-constexpr u32 kHandOverTagShift = 3 + kHandOverRowsBits;
+constexpr u32 kHandOverUntagged = kHandOverFresh << 1;
+constexpr u32 kHandOverTagShift = 4 + kHandOverRowsBits;
 constexpr u32 kHandOverTagMask = (1u << (32 - kHandOverTagShift)) - 1u;
+constexpr u32 kNoTicket = 0xFFFFFFFFu;  // mailbox_begin_publish: a publisher that took no ticket
 static_assert((1u << kHandOverRowsBits) > 1024u, "the hand-over holds any capacity's row count");
 
 // What the first poller to pass its deadline leaves in host-visible (mapped) memory, `flag` last.
@@ -90,16 +94,22 @@ POOLER_DEVICE u32 rows_left_before(const u32 (&head)[4], u32 stage) {
 }
 
 POOLER_DEVICE u32 hand_over_word(u32 ticket, u32 stage, u32 rows_to_clear) {
-  return ((ticket & kHandOverTagMask) << kHandOverTagShift) | kHandOverFresh | (rows_to_clear << 2) | stage;
+  const u32 tag = ticket == kNoTicket ? kHandOverUntagged : (ticket & kHandOverTagMask) << kHandOverTagShift;
+  return tag | kHandOverFresh | (rows_to_clear << 2) | stage;
 }
 POOLER_DEVICE bool hand_over_fresh(u32 word) { return (word & kHandOverFresh) != 0u; }
 POOLER_DEVICE u32 hand_over_stage(u32 word) { return word & 3u; }
 POOLER_DEVICE u32 hand_over_rows(u32 word) { return (word >> 2) & ((1u << kHandOverRowsBits) - 1u); }
-POOLER_DEVICE u32 hand_over_tag(u32 word) { return word >> kHandOverTagShift; }
+// Tagged with ticket `tag`'s low bits, and fresh where `fresh` asks it.
+POOLER_DEVICE bool hand_over_is(u32 word, u32 tag, bool fresh) {
+  const u32 flags = fresh ? kHandOverFresh | kHandOverUntagged : kHandOverUntagged;
+  return (word & flags) == (fresh ? kHandOverFresh : 0u) && (word >> kHandOverTagShift) == tag;
+}
 
-// A publishing kernel's ticket, in two steps so that the add's round trip overlaps the kernel's
-// prologue loads: mailbox_take_ticket issues it (CTA 0's thread 0; 0 elsewhere) before them, and
-// every thread calls mailbox_ticket_taken before the CTA lets the consumer start. Its barrier's
+// A publishing kernel's ticket, in two steps so that the add's round trip overlaps other work:
+// mailbox_take_ticket issues it (CTA 0's thread 0; 0 elsewhere; the GEMM once its prologue's loads
+// are issued), and every thread calls mailbox_ticket_taken (the GEMM at the barrier x's staging
+// needs) before the CTA lets the consumer start. Its barrier's
 // operand is the ticket, so no thread of CTA 0 passes it, and none triggers, before the add has been
 // performed: the consumer, launched once every CTA has triggered, reads `launches` with this launch
 // counted, and (reading it before it triggers in turn) without the next one's. why:
@@ -237,7 +247,9 @@ struct MailboxSnapshot {
   u32 stage;          // this call's stage: `published`, as this call's publisher handed it over
   u32 rows_to_clear;  // rows the previous call left in stage (stage + 2) % 3
   u32 hand_over;      // the hand-over word as read (mailbox_advance marks it taken)
+  u32 calls;          // `calls` as read after the PDL wait; kCallsUnread where read before it
 };
+constexpr u32 kCallsUnread = 0xFFFFFFFFu;
 
 // Word k: columns 2k (low) and 2k + 1 (high).
 template <int kTp, int kCapacity, int kWidth>
@@ -291,6 +303,7 @@ POOLER_DEVICE bool mailbox_read16(const u16* mailbox, MailboxStateBlock* state, 
   const u32 stage = handed_over ? hand_over_stage(tail[3]) : head[0];
   snapshot.stage = stage;
   snapshot.hand_over = tail[3];
+  snapshot.calls = tail[2];
   snapshot.rows_to_clear = rows_left_before(head, stage);
   if (!handed_over) {
     mailbox_report_timeout(state, record, rank, rank, layer, stage, row, 0ull);
@@ -321,13 +334,18 @@ POOLER_DEVICE void mailbox_clear16(u16* mailbox, const MailboxSnapshot& snapshot
 }
 
 // CTA 0's thread 0: the hand-over marked taken, the call's rows (what the next call clears), the next
-// stage, the count (an add: a polling consumer has not read `calls`, which the previous call's
-// consumer may still be writing). The next publisher hands over only after its wait, after these.
+// stage, the count: a store where `calls` was read after the PDL wait (a red.add there cost the
+// waiting consumer 0.24 us at b = 16), else an add (a polling consumer read the state before the
+// previous call's consumer had written it). The next publisher hands over only after its wait.
 POOLER_DEVICE void mailbox_advance(MailboxStateBlock* state, const MailboxSnapshot& snapshot, u32 row_ctas) {
   st_relaxed_gpu_u32(&state->published, snapshot.hand_over & ~kHandOverFresh);
   st_relaxed_gpu_u32(&state->rows[snapshot.stage], row_ctas == 1u ? 0u : gridDim.x / row_ctas);
   st_relaxed_gpu_u32(&state->stage, (snapshot.stage + 1u) % kMailboxStages);
-  red_add_relaxed_gpu_u32(&state->calls, 1u);
+  if (snapshot.calls != kCallsUnread) {
+    st_relaxed_gpu_u32(&state->calls, snapshot.calls + 1u);
+  } else {
+    red_add_relaxed_gpu_u32(&state->calls, 1u);
+  }
 }
 
 template <int kTp, int kCapacity, int kWidth>
@@ -341,30 +359,48 @@ POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, cons
 // ---- the polling consumer: the hand-over taken and the mailbox polled before the PDL wait ------
 // why: docs/design/protocol.md, "The polling consumer".
 
-// Every thread of the polling consumer, before its PDL wait, after any kernel, and before it lets
-// the next launch start: this call's hand-over. The publisher launched just before took ticket
-// `launches - 1` (mailbox_take_ticket) and, after its own wait, hands over its stage and the rows to
-// clear under that ticket; until then `published` holds the previous call's, which the tag tells
-// apart. The previous call's consumer may still be running (its publisher may have let this grid
-// start before its own wait), so nothing here reads `stage` or `rows`, which that consumer writes.
-// The barrier's operand is computed from the values read, so no thread of the CTA passes it (and the
-// kernel lets the next launch start after it) before every thread's read of `launches` has returned.
-// False, CTA-uniform, after a timeout, this call's (the hand-over never came) or an earlier one's.
-POOLER_DEVICE bool mailbox_take_hand_over(MailboxStateBlock* state, TimeoutRecord* record, u32 row, int rank, int layer,
-                                          unsigned long long timeout_ns, MailboxSnapshot& snapshot) {
+// The polling consumer takes its call's hand-over in two steps, before its PDL wait, after any kernel.
+// The publisher launched just before it took ticket `launches - 1` (mailbox_take_ticket) and, after
+// its own wait, hands over its stage and the rows to clear under that ticket; until then `published`
+// holds the previous call's, which the tag tells apart. The previous call's consumer may still be
+// running (its publisher may have let this grid start before its own wait), so nothing here reads
+// `stage` or `rows`, which that consumer writes.
+
+// Step 1, every thread, before the CTA lets the next launch start: which ticket to wait for (and the
+// first look at `published`). The barrier's operand is computed from the values read, so no thread
+// of the CTA passes it, and none lets the next launch (the next ticket) start, before every thread's
+// read of `launches` has returned. One round trip; the hand-over itself may come much later.
+struct MailboxTicketSeen {
+  u32 tag;        // the hand-over's tag to wait for
+  u32 published;  // `published` as first read
+  bool failed;    // an earlier call gave up
+};
+POOLER_DEVICE MailboxTicketSeen mailbox_see_ticket(const MailboxStateBlock* state) {
   u32 tail[4];  // {launches, failed, calls, published}
   ld_relaxed_gpu_v4(&state->launches, tail);
-  const u32 tag = (tail[0] - 1u) & kHandOverTagMask;
-  u32 word = tail[3];
+  const MailboxTicketSeen seen{(tail[0] - 1u) & kHandOverTagMask, tail[3], tail[1] != 0u};
+  (void)__syncthreads_or(seen.tag == 0xFFFFFFFFu);
+  return seen;
+}
+
+// Step 2, every thread: waits until the hand-over of `seen.tag` has come. Fresh for CTA 0 only: it
+// marks the hand-over taken when it advances, without waiting for the other CTAs, so a CTA that
+// became resident late may find it taken already; CTA 0 alone tells its rank's own publisher missing
+// (the hand-over under this tag is then the previous call's, taken), as the waiting consumer does.
+// False, CTA-uniform, after a timeout, this call's (the hand-over never came) or an earlier one's.
+POOLER_DEVICE bool mailbox_take_hand_over(MailboxStateBlock* state, TimeoutRecord* record,
+                                          const MailboxTicketSeen& seen, u32 row, int rank, int layer,
+                                          unsigned long long timeout_ns, MailboxSnapshot& snapshot) {
+  u32 word = seen.published;
   bool handed_over = true;
-  if (!hand_over_fresh(word) || hand_over_tag(word) != tag) {
+  const bool fresh = blockIdx.x == 0;
+  if (!hand_over_is(word, seen.tag, fresh)) {
     const unsigned long long start = global_timer_ns();
     for (;;) {
       word = ld_relaxed_gpu_u32(&state->published);
-      if (hand_over_fresh(word) && hand_over_tag(word) == tag) break;
+      if (hand_over_is(word, seen.tag, fresh)) break;
       const unsigned long long elapsed = global_timer_ns() - start;
       if (elapsed > timeout_ns) {
-        // This rank's own publisher never handed over: reported as its own slot missing.
         mailbox_report_timeout(state, record, rank, rank, layer, ld_relaxed_gpu_u32(&state->stage), row, elapsed);
         handed_over = false;
         break;
@@ -374,13 +410,14 @@ POOLER_DEVICE bool mailbox_take_hand_over(MailboxStateBlock* state, TimeoutRecor
   snapshot.stage = hand_over_stage(word);
   snapshot.rows_to_clear = hand_over_rows(word);
   snapshot.hand_over = word;
+  snapshot.calls = kCallsUnread;
   if (!handed_over) {  // the state's own view; the call's outputs are poison anyway
     u32 head[4];       // {stage, rows[0..2]}
     ld_relaxed_gpu_v4(&state->stage, head);
     snapshot.stage = head[0];
     snapshot.rows_to_clear = rows_left_before(head, head[0]);
   }
-  return __syncthreads_and(handed_over && tail[1] == 0u) != 0;
+  return __syncthreads_and(handed_over && !seen.failed) != 0;
 }
 
 #endif  // __CUDACC__

@@ -159,16 +159,21 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16) pooler_consumer(const 
   decltype(output_row(p.out, row)) out;
   if constexpr (!NVFP4) out = output_row(p.out, row);
   u32 x[8];
-  MailboxSnapshot snapshot{0u, 0u, 0u};
+  MailboxSnapshot snapshot{0u, 0u, 0u, kCallsUnread};
   bool read = false;
   if constexpr (POLLING) {
     // The hand-over, then the row, before the PDL wait (docs/design/protocol.md, "The polling consumer");
-    // the next launch may start once every thread has taken the hand-over (it takes the next ticket).
-    const bool handed_over = mailbox_take_hand_over(p.state, p.record, row, p.rank, p.layer, p.timeout_ns, snapshot);
+    // the next launch (it takes the next ticket) may start once every thread has seen `launches`.
+    const MailboxTicketSeen seen = mailbox_see_ticket(p.state);
     if constexpr (TRIGGER_BEFORE_WAIT) pdl_launch_dependents();
+    const bool handed_over =
+        mailbox_take_hand_over(p.state, p.record, seen, row, p.rank, p.layer, p.timeout_ns, snapshot);
+    // A hand-over found taken (a CTA resident late, or this rank's publisher missing, which CTA 0
+    // reports): twice the deadline, so that CTA 0's record comes first.
+    const unsigned long long deadline = hand_over_fresh(snapshot.hand_over) ? p.timeout_ns : 2ull * p.timeout_ns;
     read = handed_over && mailbox_poll16<TP, CAPACITY, kShardWidth>(p.mailbox, p.state, p.record,
                                                                     MailboxCall{snapshot.stage, snapshot.rows_to_clear},
-                                                                    row, column, p.rank, p.layer, p.timeout_ns, x);
+                                                                    row, column, p.rank, p.layer, deadline, x);
   } else {
     read = mailbox_read16<TP, CAPACITY, kShardWidth>(p.mailbox, p.state, p.record, row, column, p.rank, p.layer,
                                                      p.timeout_ns, snapshot, x);

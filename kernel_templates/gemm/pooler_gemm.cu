@@ -202,10 +202,10 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     if (thread_x == 0 && split < kOwners) pooler::mbarrier_expect_bytes(barrier, kPartials * ROWS * kOwned * 4);
   }
   const unsigned long long policy = pooler::l2_evict_first_policy();
-  // The launch's ticket, issued ahead of the prologue's loads (after the mbarrier init, whose fence
-  // would wait for it); taken below, before this CTA triggers.
-  u32 ticket = 0u;
-  if constexpr (kPublish) ticket = pooler::mailbox_take_ticket(state);
+  // The launch's ticket (below, after the prologue's loads: issued ahead of them, it delayed the ring's
+  // fill). A GEMM that lets the consumer start in its prologue takes none: it would wait for the add
+  // before it triggers; the consumer after it waits (docs/design/protocol.md, "The hand-over").
+  u32 ticket = pooler::kNoTicket;
   // Prologue, before pdl_wait (w is never written by a kernel): registers, ring or all on chip.
   U32x4 wbuf[STAGES == 0 && !W_ON_CHIP ? K_UNROLL : 1][TILES][2];
   Ring ring{};
@@ -248,7 +248,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // only where the prologue issued all of w. why: docs/design/gemm.md, "Where the next launch starts".
   static_assert(!TRIGGER_IN_PROLOGUE || W_ON_CHIP || (STAGES == 0 ? kIterations == 1 : STAGES == kChunks),
                 "TRIGGER_IN_PROLOGUE needs all of w issued by the prologue");
-  if constexpr (kPublish) pooler::mailbox_ticket_taken(ticket);
+  if constexpr (kPublish && !TRIGGER_IN_PROLOGUE) ticket = pooler::mailbox_take_ticket(state);
   trace.mark(1);
   if constexpr (TRIGGER_IN_PROLOGUE) pdl_launch_dependents();
   // Cluster phase 1: every CTA has started (mbarrier initialized, shared memory writable by
@@ -282,7 +282,11 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
         *reinterpret_cast<U32x4*>(smem + r * kXPitch + 16 * chunk) = pooler::ld_global_cg_v4(source);
       }
     }
-    __syncthreads();
+    if constexpr (kPublish && !TRIGGER_IN_PROLOGUE) {
+      pooler::mailbox_ticket_taken(ticket);  // the barrier x needs, on the ticket: before the trigger
+    } else {
+      __syncthreads();
+    }
   }
   trace.mark(3);
 

@@ -11,11 +11,13 @@
 namespace pooler {
 
 ConsumerTrigger consumer_trigger(const GemmPlan& gemm, const TuningOverrides& overrides) {
-  const std::optional<ConsumerTrigger> forced = overrides.consumer_trigger;
-  // Any trigger is valid after any GEMM: a polling consumer takes its call's hand-over by ticket
-  // (decision 0026).
-  if (forced) return *forced;
-  if (!gemm.triggers_after_its_wait()) return ConsumerTrigger::before_wait;
+  // A GEMM that triggers in its prologue takes no ticket, so no consumer after it may poll (decision
+  // 0026): there a forced polling trigger falls back to before_wait.
+  const bool may_poll = gemm.triggers_after_its_wait();
+  if (const std::optional<ConsumerTrigger> forced = overrides.consumer_trigger) {
+    return may_poll || !polls(*forced) ? *forced : ConsumerTrigger::before_wait;
+  }
+  if (!may_poll) return ConsumerTrigger::before_wait;
   if (gemm.rows() > kPollingRows) return ConsumerTrigger::after_wait;
   return polling_trigger(gemm.n(), gemm.k(), overrides);
 }

@@ -25,10 +25,10 @@ inline constexpr int kPollingRows = 8;
 // streams w without a ring at few rows (!ring_at_few_rows: N = 1024 at K = 8192), whose prologue
 // is short (once it has taken its hand-over); once its row is read (polling) beside a ring
 // (decision 0023). overrides.consumer_trigger (POOLER_CONSUMER_TRIGGER; for comparisons and tests:
-// all give the same bits): that trigger at every b, after any GEMM (a polling consumer takes its
-// call's hand-over by ticket, decision 0026). gather() launches the same consumer as run(): its
-// publish kernel hands over as the GEMM does. `overrides` also reach ring_at_few_rows (the GEMM
-// rule's ring).
+// all give the same bits): that trigger at every b, but before_wait in place of a polling one after a
+// GEMM that triggers in its prologue, which takes no ticket (decision 0026). gather() launches the
+// same consumer as run(): its publish kernel takes a ticket and hands over as the GEMM does.
+// `overrides` also reach ring_at_few_rows (the GEMM rule's ring).
 ConsumerTrigger consumer_trigger(const GemmPlan& gemm, const TuningOverrides& overrides);
 
 // The rule's polling trigger at width N (reduction length K), what consumer_trigger gives where the
