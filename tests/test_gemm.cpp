@@ -252,18 +252,18 @@ TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitWhereTheGemmHoldsWOnChip) {
   EXPECT_EQ(forms.consumer(last) + 1, forms.weight_prefetch);
   EXPECT_EQ(forms.weight_prefetch + 1, forms.forms.size());
 
-  // Where no batch holds w on chip and none polls (b > kPollingRows), only after-wait consumers.
+  // Where no batch holds w on chip and every one is past kEarlyPollingRows: the polling consumers
+  // that trigger once their row is read, and the after-wait ones (for the batches without a plan).
   config.batches = {16, 32};
   const PoolerForms streaming = pooler_forms(config);
-  for (const BatchForms& batch : streaming.batches) EXPECT_EQ(batch.trigger, ConsumerTrigger::after_wait) << batch.b;
-  EXPECT_EQ(streaming.consumers.size(), streaming.nvfp4_norms.size() + streaming.edge_norms.size());
+  for (const BatchForms& batch : streaming.batches) EXPECT_EQ(batch.trigger, ConsumerTrigger::polling) << batch.b;
+  EXPECT_EQ(streaming.consumers.size(), 2 * (streaming.nvfp4_norms.size() + streaming.edge_norms.size()));
   for (const auto& [spec, index] : streaming.consumers) {
-    EXPECT_EQ(spec.trigger, ConsumerTrigger::after_wait) << spec.name();
+    EXPECT_TRUE(spec.trigger == ConsumerTrigger::after_wait || spec.trigger == ConsumerTrigger::polling) << spec.name();
     EXPECT_EQ(streaming.forms.at(index).name(), spec.name());
   }
   for (const Form& f : streaming.forms) {
     EXPECT_FALSE(f.name().ends_with("_tbw")) << f.name();
-    EXPECT_FALSE(f.name().ends_with("_poll")) << f.name();
     EXPECT_FALSE(f.name().ends_with("_poll_early")) << f.name();
   }
 }
@@ -538,8 +538,8 @@ TEST(TuningOverrides, AreReadFromTheEnvironmentOnceNamingABadValue) {
 TEST(PoolerForms, PublishingGemmsTriggerInTheirPrologueOnlyWithWOnChipAtOneRow) {
   // Where the next launch starts: a plain GEMM in its prologue wherever that holds all of w (N = 512
   // in registers, N = 1024 at b <= 3 on chip); a publishing GEMM, whose next launch is the consumer,
-  // there only with w on chip at one row, else after its MMAs. The consumers after it poll up to
-  // kPollingRows rows wherever it triggers after its wait, and wait beyond.
+  // there only with w on chip at one row, else after its MMAs. The consumers after it poll wherever
+  // it triggers after its wait, early (the width's polling_trigger) up to kEarlyPollingRows rows.
   for (int n : {512, 1024, 2048, 4096}) {
     EXPECT_EQ(ring_at_few_rows(n, kHidden), n >= 2048) << "N " << n;
     const ConsumerTrigger polling = n <= 1024 ? ConsumerTrigger::polling_early : ConsumerTrigger::polling;
@@ -559,9 +559,9 @@ TEST(PoolerForms, PublishingGemmsTriggerInTheirPrologueOnlyWithWOnChipAtOneRow) 
       const std::string constants = publishing.form().describe_constants();
       EXPECT_NE(constants.find(early ? "TRIGGER_IN_PROLOGUE=1" : "TRIGGER_IN_PROLOGUE=0"), std::string::npos)
           << constants;
-      const ConsumerTrigger expected = early                  ? ConsumerTrigger::before_wait
-                                       : rows <= kPollingRows ? polling
-                                                              : ConsumerTrigger::after_wait;
+      const ConsumerTrigger expected = early                       ? ConsumerTrigger::before_wait
+                                       : rows <= kEarlyPollingRows ? polling
+                                                                   : ConsumerTrigger::polling;
       EXPECT_EQ(consumer_trigger(publishing, {}), expected);
       // After the plain GEMM (then the publish kernel, or an engine's kernel) nothing polls early.
       if (all_of_w) {
@@ -602,7 +602,7 @@ TEST(PoolerForms, ConsumerTriggerCanBeForced) {
   const GemmPlan many = choose_gemm_plan(1024, kHidden, 16);
   EXPECT_EQ(consumer_trigger(on_chip, rule), ConsumerTrigger::before_wait);
   EXPECT_EQ(consumer_trigger(streaming, rule), ConsumerTrigger::polling_early);
-  EXPECT_EQ(consumer_trigger(many, rule), ConsumerTrigger::after_wait);
+  EXPECT_EQ(consumer_trigger(many, rule), ConsumerTrigger::polling);
   EXPECT_EQ(consumer_trigger(choose_gemm_plan(2048, kHidden, 8), rule), ConsumerTrigger::polling);
   auto forced = [](ConsumerTrigger trigger) {
     TuningOverrides o;

@@ -867,15 +867,13 @@ void every_layer_at_every_batch(const RankEnv& env, Harness& harness, const Mode
   harness.verify(what);
 }
 
-// How many forms each consumer has at tp 1 and 2 (no batch's GEMM holds w on chip there): the
-// after-wait form, and the polling form where some batch polls (b <= kPollingRows by the rule, every
-// b with the trigger forced to polling or polling_early), or the before-wait form with before_wait
-// forced (PoolerGpuSingle/Triggers runs the one-rank scenario so).
+// How many forms each consumer has at tp 1 and 2 (no batch's GEMM holds w on chip there, and every
+// one polls by the rule, triggering once its row is read beside the ring): the after-wait form, and
+// the polling one (the forced trigger's where one is forced; PoolerGpuSingle/Triggers runs the
+// one-rank scenario so), none with after_wait forced.
 std::size_t consumer_forms_each(const ModelSpec& spec) {
-  if (const std::optional<ConsumerTrigger> forced = spec.overrides.consumer_trigger) {
-    return *forced == ConsumerTrigger::after_wait ? 1 : 2;
-  }
-  return std::any_of(spec.batches.begin(), spec.batches.end(), [](int b) { return b <= kPollingRows; }) ? 2 : 1;
+  const std::optional<ConsumerTrigger> forced = spec.overrides.consumer_trigger;
+  return forced == ConsumerTrigger::after_wait ? 1 : 2;
 }
 
 // Every layer at every compiled b, PDL on and off; with PDL on the shards are also
@@ -1548,15 +1546,16 @@ TEST(PoolerGpuSingle, OneRankMatchesStock) {
 }
 
 // ... again with every mailbox consumer of run() on one trigger: the rule takes before_wait only at
-// TP4's width (N = 1024, b = 1) and polls only at b <= 8, which no one-GPU Pooler covers whole.
+// TP4's width (N = 1024, b = 1), polls elsewhere (early only at b <= 8 at the TP4 and TP8 widths), and
+// waits only at the batches without a plan, which no one-GPU Pooler covers whole.
 class PoolerGpuSingleTriggers : public ::testing::TestWithParam<ConsumerTrigger> {};
 TEST_P(PoolerGpuSingleTriggers, OneRankMatchesStock) {
   POOLER_REQUIRE_GPUS(1);
   run_in_threads(Scenario::one_rank, 1, GetParam());
 }
 INSTANTIATE_TEST_SUITE_P(Forced, PoolerGpuSingleTriggers,
-                         ::testing::Values(ConsumerTrigger::before_wait, ConsumerTrigger::polling,
-                                           ConsumerTrigger::polling_early),
+                         ::testing::Values(ConsumerTrigger::after_wait, ConsumerTrigger::before_wait,
+                                           ConsumerTrigger::polling, ConsumerTrigger::polling_early),
                          [](const ::testing::TestParamInfo<ConsumerTrigger>& param) {
                            return std::string(to_string(param.param));
                          });

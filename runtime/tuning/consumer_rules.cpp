@@ -18,7 +18,7 @@ ConsumerTrigger consumer_trigger(const GemmPlan& gemm, const TuningOverrides& ov
     return may_poll || !polls(*forced) ? *forced : ConsumerTrigger::before_wait;
   }
   if (!may_poll) return ConsumerTrigger::before_wait;
-  if (gemm.rows() > kPollingRows) return ConsumerTrigger::after_wait;
+  if (gemm.rows() > kEarlyPollingRows) return ConsumerTrigger::polling;
   return polling_trigger(gemm.n(), gemm.k(), overrides);
 }
 

@@ -13,22 +13,22 @@
 
 namespace pooler {
 
-// The polling consumer's batches: b <= kPollingRows (decision 0022).
-inline constexpr int kPollingRows = 8;
+// The batches whose polling consumer may let the next launch start early (polling_trigger); above
+// them it polls and triggers once its row is read (decisions 0023, 0026).
+inline constexpr int kEarlyPollingRows = 8;
 
 // How the mailbox consumers of a batch stand to their GEMM and to the next launch (the next
-// layer's GEMM, of the same plan). before_wait where that GEMM triggers in its prologue (it copies
-// its whole w on chip, or loads all of it into registers: N = 512, every b), so that its loads
-// overlap this layer's GEMM; elsewhere the GEMM triggers after its own wait, and the consumer
-// polls (b <= kPollingRows) or triggers after its wait (decisions 0016, 0018, 0021, 0022). A
-// polling consumer lets the next launch start at its start (polling_early) where the width's GEMM
-// streams w without a ring at few rows (!ring_at_few_rows: N = 1024 at K = 8192), whose prologue
-// is short (once it has taken its hand-over); once its row is read (polling) beside a ring
-// (decision 0023). overrides.consumer_trigger (POOLER_CONSUMER_TRIGGER; for comparisons and tests:
-// all give the same bits): that trigger at every b, but before_wait in place of a polling one after a
-// GEMM that triggers in its prologue, which takes no ticket (decision 0026). gather() launches the
-// same consumer as run(): its publish kernel takes a ticket and hands over as the GEMM does.
-// `overrides` also reach ring_at_few_rows (the GEMM rule's ring).
+// layer's GEMM, of the same plan). before_wait where that GEMM triggers in its prologue (its whole w
+// on chip at b = 1: the rule's at N = 1024), so that its loads overlap this layer's GEMM; elsewhere the
+// GEMM triggers after its own wait, and the consumer polls (decisions 0016, 0018, 0021, 0022,
+// 0026). A polling consumer lets the next launch start once it has seen its publisher's ticket
+// (polling_early) where b <= kEarlyPollingRows and the width's GEMM streams w without a ring at few
+// rows (!ring_at_few_rows: N = 1024 and 512 at K = 8192), whose prologue is short; else once its
+// row is read (polling; decisions 0023, 0026). overrides.consumer_trigger (POOLER_CONSUMER_TRIGGER;
+// for comparisons and tests: all give the same bits): that trigger at every b, but before_wait in
+// place of a polling one after a GEMM that triggers in its prologue, which takes no ticket
+// (decision 0026). gather() launches the same consumer as run(): its publish kernel takes a ticket
+// and hands over as the GEMM does. `overrides` also reach ring_at_few_rows (the GEMM rule's ring).
 ConsumerTrigger consumer_trigger(const GemmPlan& gemm, const TuningOverrides& overrides);
 
 // The rule's polling trigger at width N (reduction length K), what consumer_trigger gives where the
