@@ -359,12 +359,11 @@ POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, cons
 // ---- the polling consumer: the hand-over taken and the mailbox polled before the PDL wait ------
 // why: docs/design/protocol.md, "The polling consumer".
 
-// The polling consumer takes its call's hand-over in two steps, before its PDL wait, after any kernel.
-// The publisher launched just before it took ticket `launches - 1` (mailbox_take_ticket) and, after
-// its own wait, hands over its stage and the rows to clear under that ticket; until then `published`
-// holds the previous call's, which the tag tells apart. The previous call's consumer may still be
-// running (its publisher may have let this grid start before its own wait), so nothing here reads
-// `stage` or `rows`, which that consumer writes.
+// The polling consumer takes its call's hand-over in two steps, before its PDL wait, after any
+// publisher that took a ticket. That publisher took ticket `launches - 1` (mailbox_take_ticket) and,
+// after its own wait, hands over its stage and the rows to clear under that ticket; until then
+// `published` holds the previous call's, which the tag tells apart. Nothing here reads `stage` or
+// `rows`: this grid's CTA 0 advances them without waiting for the other CTAs.
 
 // Step 1, every thread, before the CTA lets the next launch start: which ticket to wait for (and the
 // first look at `published`). The barrier's operand is computed from the values read, so no thread

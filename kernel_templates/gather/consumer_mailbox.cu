@@ -4,9 +4,10 @@
 // BF16 edge layers) writes them and their pre_expert_norm: rows, normed [b, POOLED] BF16. Bit for
 // bit the stock path but for a zero code's sign (NVFP4) or -0.0 (BF16): numerics.md; protocol.md.
 // Constants: POOLED, TP, CAPACITY, EPS, GAIN_CENTER, NVFP4,
-// TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait; polling: once the
-// hand-over is taken, else once its row is read), POLLING (1: takes the hand-over and polls before
-// its PDL wait, which comes at its end; after any kernel: protocol.md, "The polling consumer"), TRACE
+// TRIGGER_BEFORE_WAIT (1: the next launch may start before this one's PDL wait; polling: once it has
+// seen its publisher's ticket, else once its row is read), POLLING (1: takes the hand-over and polls
+// before its PDL wait, which comes at its end; after any publisher that took a ticket: protocol.md,
+// "The polling consumer"), TRACE
 // (1: consumer_trace.cuh records when each CTA passes each step).
 // Arguments: one ConsumerParams (consumer_params.cuh, shared with the host launcher).
 // Launch: grid (b * row_ctas), block (POOLED / 16); CTA i reads row i / row_ctas, thread t columns
@@ -146,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16) pooler_consumer(const 
   const float gs = output_scale(p.out);
   // The next launch may start before the wait where its prologue holds its whole w on chip
   // (docs/decisions/0016-consumer-trigger-before-wait.md). A polling consumer waits only at its end;
-  // it lets the next launch start once its row is read, or once it has taken the hand-over where the
+  // it lets the next launch start once its row is read, or once it has seen its publisher's ticket where the
   // next GEMM's prologue is short (docs/decisions/0023-polling-consumer-early-trigger.md, 0026).
   if constexpr (TRIGGER_BEFORE_WAIT && !POLLING) pdl_launch_dependents();
   if constexpr (!POLLING) {

@@ -12,8 +12,9 @@ namespace pooler {
 // triggered, all of them are resident.
 // polling: takes its call's hand-over (by its publisher's ticket) and polls the mailbox before its
 // PDL wait, triggers once its row is read, and waits at its end (decision 0022); valid after any
-// kernel (decision 0026). polling_early: the same, but triggers once it has taken the hand-over, so
-// that the next GEMM's prologue overlaps the poll; pays where that prologue is short (decision 0023).
+// publisher that took a ticket: every one but a GEMM that triggers in its prologue (decision 0026).
+// polling_early: the same, but triggers once it has seen its publisher's ticket, so that the next
+// GEMM's prologue overlaps the poll; pays where that prologue is short (decision 0023).
 enum class ConsumerTrigger { after_wait, before_wait, polling, polling_early };
 inline constexpr int kConsumerTriggers = 4;
 inline constexpr ConsumerTrigger kAllConsumerTriggers[kConsumerTriggers] = {
