@@ -19,6 +19,8 @@
 //       GEMM holds w on chip), polling before its wait (ConsumerTrigger::polling, right after the
 //       publish kernels, as the Pooler's run() after a GEMM that triggers after its wait), and
 //       polling with the early trigger (ConsumerTrigger::polling_early)
+//   (i) a polling consumer whose CTAs run a few at a time (every SM but one held by another
+//       stream's kernel): CTA 0 marks the hand-over taken before the last ones start
 //
 // Every wait on the GPU has a hard wall-clock limit: a hang ends the program with a
 // message instead of stalling the test run.
@@ -47,6 +49,7 @@
 #include "runtime/jit/kernel_cache.hpp"
 #include "runtime/comm/mailbox.hpp"
 #include "runtime/gather/gather_kernels.hpp"
+#include "support/device_compare.hpp"
 #include "support/device_io.hpp"
 #include "support/loopback.hpp"
 #include "support/refusal.hpp"
@@ -893,6 +896,35 @@ TEST_P(ConsumerGpu, ChangingBatchOverManyCalls) {
       expect_call_matches_stock(out, in, false, where);
       expect_mailbox_holds_only(rig, in, n % kMailboxStages, where);
       expect_state(rig, n % kMailboxStages, b, n + 1, where);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// (i) Every SM but one held by a hog on another stream, so that the 32 CTAs of a b = 32 call (one per
+// row) run a few at a time on the free SM, in launch order: CTA 0 reads its row, waits, advances and
+// marks the hand-over taken (it waits for no other CTA) before the last CTAs start. They must take
+// the hand-over all the same, not wait for a fresh one until the deadline (decision 0026). The hog
+// outlasts the call, which the test checks, so the call did run beside it.
+TEST_P(ConsumerGpu, PollingCtasResidentLateTakeTheHandOver) {
+  const Suite& s = suite();
+  const testing::SmHog hog(s.context.get(), s.context.device(), s.architecture);
+  const Stream hog_stream;
+  constexpr unsigned long long kHoldNs = 300'000'000ull;  // 15 deadlines
+  for (ConsumerTrigger trigger : {ConsumerTrigger::polling, ConsumerTrigger::polling_early}) {
+    const RigSetup setup{4, trigger, 1};
+    Rig rig(setup, pdl(), random_);
+    for (int n = 0; n < 2; ++n) {
+      const std::string where = (context(setup.tp) + setup.label()) + ", b 32, call " + std::to_string(n);
+      const CallInputs in = rig.random_inputs(random_, kCapacity);
+      hog.hold(hog_stream.get(), 1, kHoldNs);
+      const CallOutputs out = rig.call(in, Kind::nvfp4, random_, n);
+      const CUresult hog_state = driver().cuStreamQuery(hog_stream.get());
+      wait_or_die(hog_stream.get(), where + ": the hog");
+      EXPECT_EQ(hog_state, CUDA_ERROR_NOT_READY) << where << ": the call did not finish while the SMs were held";
+      ASSERT_FALSE(rig.state().timed_out()) << where << ": " << rig.state().describe_timeout();
+      expect_call_matches_stock(out, in, false, where);
+      expect_state(rig, n % kMailboxStages, kCapacity, n + 1, where);
       if (HasFailure()) return;
     }
   }

@@ -308,14 +308,16 @@ TEST(Transport, ForcedTransportsAreKept) {
 
 // ---- the multi-GPU tests' kernels ---------------------------------------------------------------------
 
-std::vector<Form> test_forms() { return {testing::compare_form(), testing::spin_form()}; }
+std::vector<Form> test_forms() { return {testing::compare_form(), testing::spin_form(), testing::hog_form()}; }
 
 class PoolerTestKernels : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(PoolerTestKernels, CompileWithoutLocalMemory) {
   const std::string architecture = GetParam();
   testing::compile_and_check(test_forms(), architecture, [&](const Form& form, const KernelResources& kernel) {
-    const int threads = kernel.name == testing::kSpinEntry ? 1 : testing::kTestThreads;
+    const int threads = kernel.name == testing::kSpinEntry  ? 1
+                        : kernel.name == testing::kHogEntry ? 32
+                                                            : testing::kTestThreads;
     EXPECT_EQ(kernel.max_threads, threads) << kernel.name;
     EXPECT_LE(kernel.registers, 65536 / threads) << kernel.name << " cannot launch";
     std::cout << "[ resources ] " << form.name() << " " << kernel.name << " " << architecture << ": "

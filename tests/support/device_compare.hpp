@@ -7,6 +7,8 @@
 //                   the first few; thousands of calls are checked without a host
 //                   round trip each.
 //   Spinner         makes a rank late: holds its stream for some nanoseconds.
+//   SmHog           holds all SMs but a few for some nanoseconds, so that the kernels
+//                   launched meanwhile run there a few CTAs at a time.
 //
 // Everything enqueues on the caller's stream, allocates nothing and synchronises
 // nothing after construction (so it can be captured in a CUDA graph); read()
@@ -31,11 +33,13 @@ inline constexpr int kCompareRecords = 16;  // mismatches a DeviceComparer keeps
 // The forms of the test kernels (tests/kernels/test_*.cu).
 Form compare_form();
 Form spin_form();
+Form hog_form();
 
 inline constexpr const char* kCompareBf16Entry = "pooler_test_compare_bf16";
 inline constexpr const char* kCompareCodesEntry = "pooler_test_compare_codes";
 inline constexpr const char* kCompareBytesEntry = "pooler_test_compare_bytes";
 inline constexpr const char* kSpinEntry = "pooler_test_spin";
+inline constexpr const char* kHogEntry = "pooler_test_hog";
 
 // The host's copy of test_compare.cu's records (same layout, checked there and here).
 enum class CompareKind : std::uint32_t { bf16 = 0, code = 1, byte = 2 };
@@ -94,6 +98,22 @@ class Spinner {
   std::optional<LoadedForm> loaded_;
   Kernel spin_;
   DeviceBuffer spent_;
+};
+
+class SmHog {
+ public:
+  SmHog(CUcontext context, CUdevice device, const std::string& architecture);
+  // Holds every SM but `free_sms` for `ns` nanoseconds (tests/kernels/test_hog.cu) on `stream`, and
+  // returns once every CTA of the hog runs (a wall-clock limit, then an Error). The caller launches
+  // its kernels on another stream, before the hog ends.
+  void hold(CUstream stream, int free_sms, unsigned long long ns) const;
+
+ private:
+  std::optional<LoadedForm> loaded_;
+  Kernel hog_;
+  int sms_ = 0;
+  int shared_bytes_ = 0;
+  MappedHostBuffer resident_;
 };
 
 }  // namespace pooler::testing
