@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
+"""Compares kernel templates side by side in one run: pooler-kernel-bench (--chain or --engine) once
+per variant per round, the variants alternated (so that a drift of the machine hits them alike), each
+variant's templates given by POOLER_TEMPLATE_DIR; then, per row (tp, b, and the trigger of x in the
+engine), the median of each variant's rounds with their range, and its difference to the first.
+
+  tools/compare_kernels.py [--rounds R] [--bench PATH] [--out DIR] [--metric KEY]
+                           NAME=FOLDER ... -- --chain|--engine [bench options]
+  tools/compare_kernels.py --summarize DIR [--metric KEY]
+  tools/compare_kernels.py --self-test
+
+NAME=FOLDER: a folder of kernel templates (its subfolders included, as POOLER_TEMPLATE_DIR takes
+them); the FOLDER `embedded` runs the templates built into the bench. The templates of an earlier
+commit: `mkdir -p F && git archive COMMIT kernel_templates | tar -x -C F`, then F/kernel_templates. The
+bench (the host code) is this tree's; a variant must keep the templates' kernel arguments. The
+default metric: fused_us (chain), marginal_fused_us (engine). Every run's JSON and log stay in --out.
+Exits 1 when a run fails (its log's tail is printed) or a row's check is not "ok".
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+
+def parse_variants(specs):
+    variants = []
+    for spec in specs:
+        name, sep, folder = spec.partition("=")
+        if not sep or not name or not folder or "_" in name:
+            raise SystemExit(f"compare_kernels: variant {spec!r}: expected NAME=FOLDER, NAME without '_'")
+        if folder != "embedded" and not Path(folder).is_dir():
+            raise SystemExit(f"compare_kernels: variant {name}: {folder} is not a folder")
+        if any(name == v[0] for v in variants):
+            raise SystemExit(f"compare_kernels: variant {name} given twice")
+        variants.append((name, folder))
+    if len(variants) < 2:
+        raise SystemExit("compare_kernels: give at least two variants to compare")
+    return variants
+
+
+def run(args, bench_args):
+    variants = parse_variants(args.variants)
+    mode = next((a for a in bench_args if a in ("--chain", "--engine")), None)
+    if mode is None:
+        raise SystemExit("compare_kernels: the bench options after -- must include --chain or --engine")
+    out = Path(args.out or tempfile.mkdtemp(prefix="compare_kernels."))
+    out.mkdir(parents=True, exist_ok=True)
+    failed = False
+    for r in range(1, args.rounds + 1):
+        for name, folder in variants:
+            env = dict(os.environ, NCCL_NVLS_ENABLE="0")
+            env.pop("POOLER_TEMPLATE_DIR", None)
+            if folder != "embedded":
+                env["POOLER_TEMPLATE_DIR"] = str(Path(folder).resolve())
+            stem = out / f"{mode[2:]}_{name}_r{r}"
+            with open(f"{stem}.log", "w") as log:
+                status = subprocess.call([args.bench, *bench_args, "--json", f"{stem}.json"], env=env,
+                                         stdout=log, stderr=subprocess.STDOUT)
+            print(f"compare_kernels: round {r}, {name}: rc {status}", flush=True)
+            if status != 0:
+                failed = True
+                print("".join(open(f"{stem}.log").readlines()[-8:]), end="")
+    print(f"compare_kernels: runs in {out}")
+    return summarize(out, args.metric, [v[0] for v in variants]) or failed
+
+
+def summarize(folder, metric=None, order=None):
+    """Prints the table; returns True when a row's check was not ok."""
+    table, bad = {}, []
+    for path in sorted(Path(folder).glob("*_r*.json")):
+        mode, name = path.stem.split("_")[:2]
+        key = metric or ("marginal_fused_us" if mode == "engine" else "fused_us")
+        for row in json.load(open(path))["rows"]:
+            if not row.get("rule", True):
+                continue  # the chain's other weight paths
+            if row.get("check", "ok") != "ok":
+                bad.append(f"{path.name}: tp {row['tp']}, b {row['b']}: {row['check']}")
+            value = row.get(key)
+            if value is None:
+                continue
+            where = (row["tp"], row["b"], f"{mode} {row.get('trigger', '')}".strip())
+            table.setdefault(where, {}).setdefault(name, []).append(value)
+    names = order or sorted({n for cells in table.values() for n in cells})
+    print(f"{'tp':>3} {'b':>3} {'run':<12}" + "".join(f" {n:>22}" for n in names))
+    for (tp, b, run_of), cells in sorted(table.items(), key=lambda kv: (kv[0][2], -kv[0][0], kv[0][1])):
+        line = f"{tp:>3} {b:>3} {run_of:<12}"
+        first = None
+        for n in names:
+            values = cells.get(n)
+            if not values:
+                line += f" {'-':>22}"
+                continue
+            median = statistics.median(values)
+            delta = "" if first is None else f" {median - first:+.2f}"
+            first = median if first is None else first
+            line += f" {f'{median:.2f} [{min(values):.2f}-{max(values):.2f}]{delta}':>22}"
+        print(line)
+    for line in bad:
+        print(f"compare_kernels: check failed: {line}")
+    return bool(bad)
+
+
+def self_test():
+    """The summary on made-up runs: medians, ranges, differences, failed checks."""
+    with tempfile.TemporaryDirectory() as folder:
+        def write(name, r, fused, check="ok"):
+            rows = [{"tp": 8, "b": 1, "rule": True, "fused_us": fused, "check": check},
+                    {"tp": 8, "b": 1, "rule": False, "fused_us": 99.0, "check": "ok"}]
+            json.dump({"rows": rows}, open(Path(folder) / f"chain_{name}_r{r}.json", "w"))
+        for r, (a, b) in enumerate([(5.0, 4.0), (5.2, 4.1), (5.1, 4.3)], 1):
+            write("old", r, a)
+            write("new", r, b)
+        import io
+        from contextlib import redirect_stdout
+        text = io.StringIO()
+        with redirect_stdout(text):
+            bad = summarize(folder, None, ["old", "new"])
+        lines = text.getvalue().splitlines()
+        assert not bad, text.getvalue()
+        assert lines[1].split() == ["8", "1", "chain", "5.10", "[5.00-5.20]", "4.10", "[4.00-4.30]", "-1.00"], lines
+        write("new", 4, 4.0, check="FAILED: mismatch")
+        with redirect_stdout(io.StringIO()):
+            assert summarize(folder, None, ["old", "new"])
+    print("compare_kernels: self-test passed")
+    return False
+
+
+def main():
+    argv = sys.argv[1:]
+    bench_args = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, bench_args = argv[:cut], argv[cut + 1:]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every variant (default 3)")
+    parser.add_argument("--bench", default="build/tools/pooler-kernel-bench", help="the bench to run")
+    parser.add_argument("--out", help="where the runs' JSON and logs go (default: a new temporary folder)")
+    parser.add_argument("--metric", help="the rows' field to compare")
+    parser.add_argument("--summarize", metavar="DIR", help="only print the table of the runs in DIR")
+    parser.add_argument("--self-test", action="store_true", help="check the summary on made-up runs")
+    parser.add_argument("variants", nargs="*", metavar="NAME=FOLDER")
+    args = parser.parse_args(argv)
+    if args.self_test:
+        return 1 if self_test() else 0
+    if args.summarize:
+        return 1 if summarize(args.summarize, args.metric) else 0
+    if args.rounds < 1:
+        raise SystemExit(f"compare_kernels: --rounds {args.rounds}: expected at least 1")
+    return 1 if run(args, bench_args) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
