@@ -247,9 +247,8 @@ struct MailboxSnapshot {
   u32 stage;          // this call's stage: `published`, as this call's publisher handed it over
   u32 rows_to_clear;  // rows the previous call left in stage (stage + 2) % 3
   u32 hand_over;      // the hand-over word as read (mailbox_advance marks it taken)
-  u32 calls;          // `calls` as read after the PDL wait; kCallsUnread where read before it
+  u32 calls;          // `calls` as read after the PDL wait (the waiting consumer's; mailbox_advance)
 };
-constexpr u32 kCallsUnread = 0xFFFFFFFFu;
 
 // Word k: columns 2k (low) and 2k + 1 (high).
 template <int kTp, int kCapacity, int kWidth>
@@ -334,26 +333,28 @@ POOLER_DEVICE void mailbox_clear16(u16* mailbox, const MailboxSnapshot& snapshot
 }
 
 // CTA 0's thread 0: the hand-over marked taken, the call's rows (what the next call clears), the next
-// stage, the count: a store where `calls` was read after the PDL wait (a red.add there cost the
-// waiting consumer 0.24 us at b = 16), else an add (a polling consumer read the state before the
-// previous call's consumer had written it). The next publisher hands over only after its wait.
+// stage, the count: the waiting consumer stores the `calls` it read after its PDL wait, plus one (a
+// red.add there cost it 0.24 us at b = 16); the polling one (kPolled), which read the state before
+// the previous call's consumer had written it, adds. The next publisher hands over only after its wait.
+template <bool kPolled>
 POOLER_DEVICE void mailbox_advance(MailboxStateBlock* state, const MailboxSnapshot& snapshot, u32 row_ctas) {
   st_relaxed_gpu_u32(&state->published, snapshot.hand_over & ~kHandOverFresh);
   st_relaxed_gpu_u32(&state->rows[snapshot.stage], row_ctas == 1u ? 0u : gridDim.x / row_ctas);
   st_relaxed_gpu_u32(&state->stage, (snapshot.stage + 1u) % kMailboxStages);
-  if (snapshot.calls != kCallsUnread) {
-    st_relaxed_gpu_u32(&state->calls, snapshot.calls + 1u);
-  } else {
+  if constexpr (kPolled) {
     red_add_relaxed_gpu_u32(&state->calls, 1u);
+  } else {
+    st_relaxed_gpu_u32(&state->calls, snapshot.calls + 1u);
   }
 }
 
-template <int kTp, int kCapacity, int kWidth>
+// kPolled: the snapshot is mailbox_take_hand_over's (mailbox_advance).
+template <int kTp, int kCapacity, int kWidth, bool kPolled>
 POOLER_DEVICE void mailbox_finish16(u16* mailbox, MailboxStateBlock* state, const MailboxSnapshot& snapshot, u32 row,
                                     u32 column, u32 row_ctas) {
   mailbox_clear16<kTp, kCapacity, kWidth>(mailbox, snapshot, row, column, row_ctas);
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  mailbox_advance(state, snapshot, row_ctas);
+  mailbox_advance<kPolled>(state, snapshot, row_ctas);
 }
 
 // ---- the polling consumer: the hand-over taken and the mailbox polled before the PDL wait ------
@@ -409,7 +410,6 @@ POOLER_DEVICE bool mailbox_take_hand_over(MailboxStateBlock* state, TimeoutRecor
   snapshot.stage = hand_over_stage(word);
   snapshot.rows_to_clear = hand_over_rows(word);
   snapshot.hand_over = word;
-  snapshot.calls = kCallsUnread;
   if (!handed_over) {  // the state's own view; the call's outputs are poison anyway
     u32 head[4];       // {stage, rows[0..2]}
     ld_relaxed_gpu_v4(&state->stage, head);

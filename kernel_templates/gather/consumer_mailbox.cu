@@ -147,8 +147,9 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16) pooler_consumer(const 
   const float gs = output_scale(p.out);
   // The next launch may start before the wait where its prologue holds its whole w on chip
   // (docs/decisions/0016-consumer-trigger-before-wait.md). A polling consumer waits only at its end;
-  // it lets the next launch start once its row is read, or once it has seen its publisher's ticket where the
-  // next GEMM's prologue is short (docs/decisions/0023-polling-consumer-early-trigger.md, 0026).
+  // it lets the next launch start once its row is read, or once it has seen its publisher's ticket
+  // where the next GEMM's prologue is short (docs/decisions/0023-polling-consumer-early-trigger.md,
+  // 0026).
   if constexpr (TRIGGER_BEFORE_WAIT && !POLLING) pdl_launch_dependents();
   if constexpr (!POLLING) {
     pdl_wait();  // the stage, this rank's publish, and outputs the previous kernel may read
@@ -160,7 +161,7 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16) pooler_consumer(const 
   decltype(output_row(p.out, row)) out;
   if constexpr (!NVFP4) out = output_row(p.out, row);
   u32 x[8];
-  MailboxSnapshot snapshot{0u, 0u, 0u, kCallsUnread};
+  MailboxSnapshot snapshot{0u, 0u, 0u, 0u};
   bool read = false;
   if constexpr (POLLING) {
     // The hand-over, then the row, before the PDL wait (docs/design/protocol.md, "The polling consumer");
@@ -205,6 +206,6 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16) pooler_consumer(const 
   // A polling consumer's completion implies the previous kernel's, as a waiting one's does, and
   // its state writes follow every read of `stage` by the kernels before it.
   if constexpr (POLLING) pdl_wait();
-  mailbox_finish16<TP, CAPACITY, kShardWidth>(p.mailbox, p.state, snapshot, row, column, split.ctas);
+  mailbox_finish16<TP, CAPACITY, kShardWidth, POLLING == 1>(p.mailbox, p.state, snapshot, row, column, split.ctas);
   trace.mark(consumer_trace::kFinished);
 }

@@ -205,6 +205,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // The launch's ticket (below, after the prologue's loads: issued ahead of them, it delayed the ring's
   // fill). A GEMM that lets the consumer start in its prologue takes none: it would wait for the add
   // before it triggers; the consumer after it waits (docs/design/protocol.md, "The hand-over").
+  constexpr bool kTicket = kPublish && !TRIGGER_IN_PROLOGUE;
   u32 ticket = pooler::kNoTicket;
   // Prologue, before pdl_wait (w is never written by a kernel): registers, ring or all on chip.
   U32x4 wbuf[STAGES == 0 && !W_ON_CHIP ? K_UNROLL : 1][TILES][2];
@@ -248,7 +249,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // only where the prologue issued all of w. why: docs/design/gemm.md, "Where the next launch starts".
   static_assert(!TRIGGER_IN_PROLOGUE || W_ON_CHIP || (STAGES == 0 ? kIterations == 1 : STAGES == kChunks),
                 "TRIGGER_IN_PROLOGUE needs all of w issued by the prologue");
-  if constexpr (kPublish && !TRIGGER_IN_PROLOGUE) ticket = pooler::mailbox_take_ticket(state);
+  if constexpr (kTicket) ticket = pooler::mailbox_take_ticket(state);
   trace.mark(1);
   if constexpr (TRIGGER_IN_PROLOGUE) pdl_launch_dependents();
   // Cluster phase 1: every CTA has started (mbarrier initialized, shared memory writable by
@@ -282,7 +283,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
         *reinterpret_cast<U32x4*>(smem + r * kXPitch + 16 * chunk) = pooler::ld_global_cg_v4(source);
       }
     }
-    if constexpr (kPublish && !TRIGGER_IN_PROLOGUE) {
+    if constexpr (kTicket) {
       pooler::mailbox_ticket_taken(ticket);  // the barrier x needs, on the ticket: before the trigger
     } else {
       __syncthreads();
