@@ -6,14 +6,16 @@ variant's templates given by POOLER_TEMPLATE_DIR; then, per row (tp, b, and the 
 engine), the median of each variant's rounds with their range, and its difference to the first.
 
   tools/compare_kernels.py [--rounds R] [--bench PATH] [--out DIR] [--metric KEY]
-                           NAME=FOLDER ... -- --chain|--engine [bench options]
+                           [--env NAME:VAR=VALUE ...] NAME=FOLDER ... -- --chain|--engine [bench options]
   tools/compare_kernels.py --summarize DIR [--metric KEY]
   tools/compare_kernels.py --self-test
 
 NAME=FOLDER: a folder of kernel templates (its subfolders included, as POOLER_TEMPLATE_DIR takes
 them); the FOLDER `embedded` runs the templates built into the bench. The templates of an earlier
 commit: `mkdir -p F && git archive COMMIT kernel_templates | tar -x -C F`, then F/kernel_templates. The
-bench (the host code) is this tree's; a variant must keep the templates' kernel arguments. The
+bench (the host code) is this tree's; a variant must keep the templates' kernel arguments. --env
+NAME:VAR=VALUE sets an environment variable for one variant's runs, e.g. a rule's override
+(`--env split4:POOLER_CONSUMER_ROW_CTAS=4 rule=embedded split4=embedded`). The
 default metric: fused_us (chain), marginal_fused_us (engine). Every run's JSON and log stay in --out.
 Exits 1 when a run fails (its log's tail is printed) or a row's check is not "ok".
 """
@@ -28,7 +30,7 @@ import tempfile
 from pathlib import Path
 
 
-def parse_variants(specs):
+def parse_variants(specs, envs=()):
     variants = []
     for spec in specs:
         name, sep, folder = spec.partition("=")
@@ -38,14 +40,23 @@ def parse_variants(specs):
             raise SystemExit(f"compare_kernels: variant {name}: {folder} is not a folder")
         if any(name == v[0] for v in variants):
             raise SystemExit(f"compare_kernels: variant {name} given twice")
-        variants.append((name, folder))
+        variants.append((name, folder, {}))
     if len(variants) < 2:
         raise SystemExit("compare_kernels: give at least two variants to compare")
+    for spec in envs:
+        name, sep, setting = spec.partition(":")
+        var, eq, value = setting.partition("=")
+        if not sep or not eq or not var:
+            raise SystemExit(f"compare_kernels: --env {spec!r}: expected NAME:VAR=VALUE")
+        variant = next((v for v in variants if v[0] == name), None)
+        if variant is None:
+            raise SystemExit(f"compare_kernels: --env {spec!r}: no variant named {name}")
+        variant[2][var] = value
     return variants
 
 
 def run(args, bench_args):
-    variants = parse_variants(args.variants)
+    variants = parse_variants(args.variants, args.env)
     mode = next((a for a in bench_args if a in ("--chain", "--engine")), None)
     if mode is None:
         raise SystemExit("compare_kernels: the bench options after -- must include --chain or --engine")
@@ -53,9 +64,10 @@ def run(args, bench_args):
     out.mkdir(parents=True, exist_ok=True)
     failed = False
     for r in range(1, args.rounds + 1):
-        for name, folder in variants:
+        for name, folder, settings in variants:
             env = dict(os.environ, NCCL_NVLS_ENABLE="0")
             env.pop("POOLER_TEMPLATE_DIR", None)
+            env.update(settings)
             if folder != "embedded":
                 env["POOLER_TEMPLATE_DIR"] = str(Path(folder).resolve())
             stem = out / f"{mode[2:]}_{name}_r{r}"
@@ -127,6 +139,14 @@ def self_test():
         write("new", 4, 4.0, check="FAILED: mismatch")
         with redirect_stdout(io.StringIO()):
             assert summarize(folder, None, ["old", "new"])
+    variants = parse_variants(["rule=embedded", "split4=embedded"], ["split4:POOLER_CONSUMER_ROW_CTAS=4"])
+    assert variants == [("rule", "embedded", {}), ("split4", "embedded", {"POOLER_CONSUMER_ROW_CTAS": "4"})], variants
+    for bad_env in ("other:X=1", "split4:X", "split4"):
+        try:
+            parse_variants(["rule=embedded", "split4=embedded"], [bad_env])
+        except SystemExit:
+            continue
+        raise AssertionError(f"--env {bad_env} was accepted")
     print("compare_kernels: self-test passed")
     return False
 
@@ -142,6 +162,8 @@ def main():
     parser.add_argument("--bench", default="build/tools/pooler-kernel-bench", help="the bench to run")
     parser.add_argument("--out", help="where the runs' JSON and logs go (default: a new temporary folder)")
     parser.add_argument("--metric", help="the rows' field to compare")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME:VAR=VALUE",
+                        help="an environment variable for one variant's runs (repeatable)")
     parser.add_argument("--summarize", metavar="DIR", help="only print the table of the runs in DIR")
     parser.add_argument("--self-test", action="store_true", help="check the summary on made-up runs")
     parser.add_argument("variants", nargs="*", metavar="NAME=FOLDER")
