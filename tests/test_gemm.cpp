@@ -181,10 +181,11 @@ TEST_P(GemmPublishForms, EveryModelFormCompilesWithoutLocalMemory) {
 INSTANTIATE_TEST_SUITE_P(Architectures, GemmPublishForms, ::testing::Values("sm_90", "sm_100a"));
 
 TEST(PoolerForms, ConsumersTriggerBeforeTheirWaitWhereTheGemmHoldsWOnChip) {
-  // At TP4's width the rule copies w on chip at b = 1 only: that batch's consumers let the
-  // next launch start before their PDL wait ("_tbw" forms, TRIGGER_BEFORE_WAIT=1); b = 8's poll
-  // and trigger at their start ("_poll_early" forms, POLLING=1, TRIGGER_BEFORE_WAIT=1); the
-  // after-wait forms are always there (gather() never polls); no batch takes the later polling trigger.
+  // At TP4's width the rule copies w on chip at b = 1-4, not at 8; only b = 1's GEMM lets its consumer start
+  // in its prologue, whose consumers let the next launch start before their PDL wait ("_tbw" forms,
+  // TRIGGER_BEFORE_WAIT=1); b = 8's poll and trigger at their start ("_poll_early" forms, POLLING=1,
+  // TRIGGER_BEFORE_WAIT=1); the after-wait forms are always there (gather() never polls); no batch takes the later
+  // polling trigger.
   PoolerConfig config;
   config.tp = 4;
   config.batches = {8, 1};
@@ -337,9 +338,10 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOnChipOrReduceAsyncWhereChosen)
       const PoolerGemmShape shape = choose_gemm_shape(n, kHidden, rows);
       EXPECT_NO_THROW(validate_gemm_shape(rows, n, kHidden, shape));
       // w on chip with two CTAs per SM where the register shape streams w and the grid is one
-      // wave: N = 1024, b = 1-3 (docs/decisions/0025-engine-trigger-and-one-wave.md); 256 CTAs of
-      // 32 columns, other sums; with the publish's reduction, three of them per SM (120 per slot).
-      if (n == 1024 && rows <= 3) {
+      // wave, up to 4 rows: N = 1024, b = 1-4 (docs/decisions/0025-engine-trigger-and-one-wave.md,
+      // 0027); 256 CTAs of 32 columns, other sums; x in registers, and with the publish's reduction
+      // three of them per SM (120 per slot).
+      if (n == 1024 && rows <= 4) {
         const std::optional<PoolerGemmShape> two = on_chip_gemm_shape(n, kHidden, rows, true);
         ASSERT_TRUE(two.has_value());
         EXPECT_EQ(shape, *two);
@@ -416,9 +418,12 @@ TEST(GemmShapeRule, ModelShapesFillOneWaveAndRingOnChipOrReduceAsyncWhereChosen)
   EXPECT_TRUE(tp8.async_reduce);
   EXPECT_FALSE(choose_gemm_shape(1024, kHidden, 16).async_reduce);
   EXPECT_FALSE(choose_gemm_shape(2048, kHidden, 8).async_reduce) << "a ring";
-  const PoolerGemmShape tp4 = choose_gemm_shape(1024, kHidden, 8);
+  const PoolerGemmShape tp4 = choose_gemm_shape(1024, kHidden, 16);
   EXPECT_EQ(tp4.outputs_per_block, 64);
   EXPECT_FALSE(tp4.w_on_chip);
+  EXPECT_TRUE(choose_gemm_shape(1024, kHidden, 4).w_on_chip);
+  EXPECT_FALSE(choose_gemm_shape(1024, kHidden, 5).w_on_chip) << "one wave, but slower from 8 rows on (0027)";
+  EXPECT_TRUE(on_chip_gemm_shape(1024, kHidden, 8, true).has_value()) << "x in registers: 3 CTAs per SM fit";
   EXPECT_TRUE(choose_gemm_shape(1024, kHidden, 1).w_on_chip);
   EXPECT_TRUE(choose_gemm_shape(512, kHidden, 1).async_reduce);
   const PoolerGemmShape tp2 = choose_gemm_shape(2048, kHidden, 8);
@@ -537,7 +542,7 @@ TEST(TuningOverrides, AreReadFromTheEnvironmentOnceNamingABadValue) {
 
 TEST(PoolerForms, PublishingGemmsTriggerInTheirPrologueOnlyWithWOnChipAtOneRow) {
   // Where the next launch starts: a plain GEMM in its prologue wherever that holds all of w (N = 512
-  // in registers, N = 1024 at b <= 3 on chip); a publishing GEMM, whose next launch is the consumer,
+  // in registers, N = 1024 at b <= 4 on chip); a publishing GEMM, whose next launch is the consumer,
   // there only with w on chip at one row, else after its MMAs. The consumers after it poll wherever
   // it triggers after its wait, early (the width's polling_trigger) up to kEarlyPollingRows rows.
   for (int n : {512, 1024, 2048, 4096}) {
@@ -548,9 +553,9 @@ TEST(PoolerForms, PublishingGemmsTriggerInTheirPrologueOnlyWithWOnChipAtOneRow) 
       SCOPED_TRACE(::testing::Message() << "N " << n << ", rows " << rows);
       const GemmPlan plan = choose_gemm_plan(n, kHidden, rows);
       const GemmPlan publishing = plan.publishing(GemmPublish{4096 / n, kCapacity});
-      const bool all_of_w = n == 512 || (n == 1024 && rows <= 3);
+      const bool all_of_w = n == 512 || (n == 1024 && rows <= 4);
       EXPECT_EQ(plan.prologue_holds_all_of_w(), all_of_w);
-      EXPECT_EQ(plan.shape().w_on_chip, n == 1024 && rows <= 3);
+      EXPECT_EQ(plan.shape().w_on_chip, n == 1024 && rows <= 4);
       EXPECT_EQ(plan.triggers_in_prologue(), all_of_w);
       const bool early = n == 1024 && rows == 1;
       EXPECT_EQ(publishing.triggers_in_prologue(), early);
@@ -597,11 +602,13 @@ TEST(PoolerForms, ConsumersPollOnlyAfterAGemmThatTriggersAfterItsWait) {
 TEST(PoolerForms, ConsumerTriggerCanBeForced) {
   const TuningOverrides rule;
   const GemmPlan on_chip = choose_gemm_plan(1024, kHidden, 1);
-  const GemmPlan streaming = choose_gemm_plan(1024, kHidden, 8);
+  // A publishing GEMM at 8 rows triggers after its MMAs.
+  const GemmPlan after_mmas = choose_gemm_plan(1024, kHidden, 8).publishing(GemmPublish{4, kCapacity});
   ASSERT_TRUE(on_chip.shape().w_on_chip);
+  ASSERT_TRUE(after_mmas.triggers_after_its_wait());
   const GemmPlan many = choose_gemm_plan(1024, kHidden, 16);
   EXPECT_EQ(consumer_trigger(on_chip, rule), ConsumerTrigger::before_wait);
-  EXPECT_EQ(consumer_trigger(streaming, rule), ConsumerTrigger::polling_early);
+  EXPECT_EQ(consumer_trigger(after_mmas, rule), ConsumerTrigger::polling_early);
   EXPECT_EQ(consumer_trigger(many, rule), ConsumerTrigger::polling);
   EXPECT_EQ(consumer_trigger(choose_gemm_plan(2048, kHidden, 8), rule), ConsumerTrigger::polling);
   auto forced = [](ConsumerTrigger trigger) {
@@ -610,15 +617,15 @@ TEST(PoolerForms, ConsumerTriggerCanBeForced) {
     return o;
   };
   EXPECT_EQ(consumer_trigger(on_chip, forced(ConsumerTrigger::after_wait)), ConsumerTrigger::after_wait);
-  EXPECT_EQ(consumer_trigger(streaming, forced(ConsumerTrigger::after_wait)), ConsumerTrigger::after_wait);
-  EXPECT_EQ(consumer_trigger(streaming, forced(ConsumerTrigger::before_wait)), ConsumerTrigger::before_wait);
+  EXPECT_EQ(consumer_trigger(after_mmas, forced(ConsumerTrigger::after_wait)), ConsumerTrigger::after_wait);
+  EXPECT_EQ(consumer_trigger(after_mmas, forced(ConsumerTrigger::before_wait)), ConsumerTrigger::before_wait);
   // Polling at every b, but before_wait after a GEMM that triggers in its prologue: it takes no
   // ticket, so nothing may poll after it (decision 0026).
   const TuningOverrides polling = forced(ConsumerTrigger::polling);
   ASSERT_TRUE(on_chip.triggers_in_prologue());
   EXPECT_EQ(consumer_trigger(many, polling), ConsumerTrigger::polling);
   EXPECT_EQ(consumer_trigger(on_chip, polling), ConsumerTrigger::before_wait);
-  EXPECT_EQ(consumer_trigger(streaming, polling), ConsumerTrigger::polling);
+  EXPECT_EQ(consumer_trigger(after_mmas, polling), ConsumerTrigger::polling);
   const TuningOverrides early = forced(ConsumerTrigger::polling_early);
   EXPECT_EQ(consumer_trigger(many, early), ConsumerTrigger::polling_early);
   EXPECT_EQ(consumer_trigger(choose_gemm_plan(2048, kHidden, 8), early), ConsumerTrigger::polling_early);
@@ -883,7 +890,8 @@ TEST(GemmForm, ConstantsDescribeTheShape) {
   async.async_reduce = false;
   EXPECT_EQ(async_bytes, (pooler_gemm_shared_bytes(2, 512, kHidden, async) + 15) / 16 * 16 + 16);
   // w on chip: its constant, and its share of w (32 rows of 1024 K values, each
-  // padded by 64 bytes) and the mbarriers beyond the streaming form's memory.
+  // padded by 64 bytes) and the mbarriers beyond the streaming form's memory, less x's slice (8 rows
+  // of 1024 K values, padded likewise): 8 steps of x per lane go into registers instead.
   const PoolerGemmShape on_chip = *on_chip_gemm_shape(512, kHidden, 8);
   ASSERT_TRUE(on_chip.w_on_chip);
   EXPECT_NE(pooler_gemm_form(8, 512, kHidden, on_chip).describe_constants().find("W_ON_CHIP=1"), std::string::npos);
@@ -892,8 +900,8 @@ TEST(GemmForm, ConstantsDescribeTheShape) {
   streaming.async_reduce = false;  // its mbarrier is among the 16 bytes counted below
   const int streaming_bytes = pooler_gemm_shared_bytes(8, 512, kHidden, streaming);
   const int on_chip_bytes = pooler_gemm_shared_bytes(8, 512, kHidden, on_chip);
-  EXPECT_GE(on_chip_bytes, streaming_bytes + 32 * (2048 + 64) + 16);
-  EXPECT_LT(on_chip_bytes, streaming_bytes + 32 * (2048 + 64) + 16 + 128 + 16);
+  EXPECT_GE(on_chip_bytes, streaming_bytes + (32 - 8) * (2048 + 64) + 16);
+  EXPECT_LT(on_chip_bytes, streaming_bytes + (32 - 8) * (2048 + 64) + 16 + 128 + 16);
 }
 
 TEST(GemmForm, TraceFormsAreSeparateAndCompileWithoutLocalMemory) {

@@ -37,7 +37,11 @@ constexpr int kOwned = kColumnsPerCta / kOwners;  // columns each finishing clus
 // why: docs/design/gemm.md, "Split-K over a cluster".
 constexpr int kOwnedPitch = kOwned % 8 == 0 ? kOwned + 4 : kOwned;
 constexpr int kXPitch = (2 * kSliceK) % 128 == 0 ? 2 * kSliceK + 64 : 2 * kSliceK;
-constexpr int kXBytes = ROWS * kXPitch;
+// W_ON_CHIP with at most 16 fragments of x per lane: they go from global memory (L2) straight into
+// registers after the PDL wait, and x takes no shared memory, so that three CTAs of a 64 KiB share
+// fit an SM up to 10 rows. why: docs/design/gemm.md, "The whole share of w on chip".
+constexpr bool kXInRegisters = W_ON_CHIP && kSteps * kBatchTiles <= 16;
+constexpr int kXBytes = kXInRegisters ? 0 : ROWS * kXPitch;
 constexpr int kReduceOffset = (kXBytes + 15) / 16 * 16;
 // The reduction buffer: [kPartials][ROWS][kOwnedPitch] floats (only the ROWS rows of a batch tile that exist).
 constexpr int kReduceBytes = kPartials * ROWS * kOwnedPitch * 4;
@@ -260,12 +264,29 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   if (x != nullptr) pdl_wait();
   trace.mark(2);
 
-  // Stage x's slice: with a ring by plain loads, since a cp.async wait would wait for the ring.
+  // x's fragments into registers (kXInRegisters), in the order the MMAs use them; rows past ROWS feed zeros.
+  U32x4 xr[kXInRegisters ? kSteps : 1][kBatchTiles];
+  if constexpr (kXInRegisters) {
+    const u16* x_lane_global = x + static_cast<unsigned long long>(g) * K + split * kSliceK + warp_k0 + 8 * q;
+#pragma unroll
+    for (int j = 0; j < kSteps; ++j) {
+#pragma unroll
+      for (int b = 0; b < kBatchTiles; ++b) {
+        xr[j][b] = 8 * b + 8 <= ROWS || g + 8 * b < ROWS
+                       ? pooler::ld_global_cg_v4(x_lane_global + static_cast<unsigned long long>(8 * b) * K + 32 * j)
+                       : U32x4{0u, 0u, 0u, 0u};
+      }
+    }
+  }
+  // Stage x's slice: with a ring by plain loads, since a cp.async wait would wait for the ring. The
+  // barrier also orders the mbarriers' initialization before any wait on them.
   {
     constexpr int kChunksPerRow = kSliceK / 8;
     constexpr int kPieces = ROWS * kChunksPerRow;
     const u16* x_slice = x + split * kSliceK;
-    if constexpr (STAGES == 0) {
+    if constexpr (kXInRegisters) {
+      // in registers already
+    } else if constexpr (STAGES == 0) {
       for (int i = static_cast<int>(thread_x); i < kPieces; i += kThreads) {
         const int r = i / kChunksPerRow;
         const int chunk = i % kChunksPerRow;
@@ -313,8 +334,19 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
                  static_cast<u32>(2 * warp_k0 + 16 * q);
     pooler::mbarrier_wait_phase_0(w_barrier);
     trace.mark(4);  // w is on chip
+    if constexpr (kXInRegisters) {
+#pragma unroll
+      for (int j = 0; j < kSteps; ++j) {
+#pragma unroll
+        for (int t = 0; t < TILES; ++t) {
+          const U32x4 lo = pooler::ld_shared_v4(w_step + (16 * t) * kWPitch + 64 * j);
+          const U32x4 hi = pooler::ld_shared_v4(w_step + (16 * t + 8) * kWPitch + 64 * j);
+          mma_tile(acc[t], lo, hi, xr[j]);
+        }
+      }
+    }
 #pragma unroll 1
-    for (int iteration = 0; iteration < kIterations; ++iteration) {
+    for (int iteration = 0; iteration < (kXInRegisters ? 0 : kIterations); ++iteration) {
 #pragma unroll
       for (int u = 0; u < K_UNROLL; ++u) {
         U32x4 xf[kBatchTiles];

@@ -62,7 +62,10 @@ bool gemm_prologue_holds_all_of_w(int rows, int k, const PoolerGemmShape& s) {
 
 long long gemm_shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s, bool publish) {
   const Derived d = derive(rows, k, s, publish);
-  const long long x_bytes = static_cast<long long>(rows) * d.x_pitch;
+  // As the template's kXInRegisters: with w on chip and at most 16 fragments of x per lane, x goes
+  // into registers and takes no shared memory.
+  const bool x_in_registers = s.w_on_chip && s.warps_k > 0 && (d.slice_k / s.warps_k / 32) * d.batch_tiles <= 16;
+  const long long x_bytes = x_in_registers ? 0 : static_cast<long long>(rows) * d.x_pitch;
   const long long reduce_offset = (x_bytes + 15) / 16 * 16;
   const long long reduce_bytes = static_cast<long long>(d.partials) * rows * d.owned_pitch * 4;
   long long bytes = reduce_offset + reduce_bytes;

@@ -106,12 +106,17 @@ bool one_wave(int n, int k, int rows, const PoolerGemmShape& s) {
   return grid <= kResidentCtasPerSmSlot * per_sm;
 }
 
+// The rule's on-chip path stops at this many rows: at 8 (one wave too, x in registers) the copy of
+// the whole share outlasts what an early predecessor leaves it, and the MMAs wait for all of it,
+// where the streaming path overlaps them with its loads (docs/decisions/0027-x-in-registers-on-chip.md).
+constexpr int kOnChipMaxRows = 4;
+
 // The on-chip weight path for a register shape, in place, where the rule picks
-// it: wherever the register shape streams w through its main loop and the
-// on-chip shape (two CTAs per SM, 32 columns per CTA: other sums than the
-// register shape's) runs in one wave, so that every CTA copies its w before its
-// PDL wait (docs/decisions/0014-weights-on-chip.md, 0025-engine-trigger-and-one-wave.md):
-// N = 1024 at b = 1-3 on an H200. POOLER_GEMM_ON_CHIP=off keeps the streaming
+// it: wherever the register shape streams w through its main loop, the on-chip
+// shape (two CTAs per SM, 32 columns per CTA: other sums than the register
+// shape's) runs in one wave, so that every CTA copies its w before its PDL wait
+// (docs/decisions/0014-weights-on-chip.md, 0025-engine-trigger-and-one-wave.md, 0027),
+// and rows <= kOnChipMaxRows: N = 1024 at b = 1-4. POOLER_GEMM_ON_CHIP=off keeps the streaming
 // paths (registers or a ring) everywhere, =on takes the on-chip path with the
 // register shape's sums wherever it fits (both for comparisons). Returns whether
 // it was taken. An explicit POOLER_GEMM_RING=on leaves the ring to choose_ring
@@ -120,7 +125,10 @@ bool choose_on_chip(int n, int rows, int k, const TuningOverrides& overrides, Po
   const Switch mode = overrides.gemm_on_chip;
   if (mode == Switch::off) return false;
   const bool rule = mode == Switch::rule;
-  if (rule && (gemm_prologue_holds_all_of_w(rows, k, s) || overrides.gemm_ring == Switch::on)) return false;
+  if (rule &&
+      (rows > kOnChipMaxRows || gemm_prologue_holds_all_of_w(rows, k, s) || overrides.gemm_ring == Switch::on)) {
+    return false;
+  }
   const std::optional<PoolerGemmShape> on_chip = on_chip_shape(n, k, rows, s, rule);
   if (!on_chip || (rule && !one_wave(n, k, rows, *on_chip))) return false;
   s = *on_chip;

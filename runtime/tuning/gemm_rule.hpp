@@ -20,9 +20,10 @@ namespace pooler {
 // SM (128 registers) for rows <= 8 or a single unrolled round, else one. Then,
 // for N >= 2048 and rows <= 8 (docs/decisions/0003), a shared-memory
 // ring of at least 2 stages within 100 KiB per CTA; overrides.gemm_ring (POOLER_GEMM_RING)
-// forces it off, or on wherever one fits. Where the register shape streams w and the on-chip
-// grid is one wave (N = 1024, b = 1-3 at K = 8192) instead the CTA's whole share of w in shared
-// memory, two CTAs per SM, loaded before the PDL wait (w_on_chip; docs/decisions/0014, 0025);
+// forces it off, or on wherever one fits. Where the register shape streams w, the on-chip
+// grid is one wave and rows <= 4 (N = 1024, b = 1-4 at K = 8192) instead the CTA's whole share of w
+// in shared memory, two CTAs per SM, loaded before the PDL wait (w_on_chip; docs/decisions/0014,
+// 0025, 0027);
 // overrides.gemm_on_chip (POOLER_GEMM_ON_CHIP) forces it off, or on with the register shape's
 // sums wherever it fits (an explicit ring "on" leaves the ring unless on chip is "on" too).
 // Last, async_reduce wherever there is a cluster and no ring, and rows <= 8 or
