@@ -6,16 +6,21 @@ variant's templates given by POOLER_TEMPLATE_DIR; then, per row (tp, b, and the 
 engine), the median of each variant's rounds with their range, and its difference to the first.
 
   tools/compare_kernels.py [--rounds R] [--bench PATH] [--out DIR] [--metric KEY]
-                           [--env NAME:VAR=VALUE ...] NAME=FOLDER ... -- --chain|--engine [bench options]
+                           [--env NAME:VAR=VALUE ...] [--bench-of NAME:PATH ...]
+                           NAME=FOLDER ... -- --chain|--engine [bench options]
   tools/compare_kernels.py --summarize DIR [--metric KEY]
   tools/compare_kernels.py --self-test
 
 NAME=FOLDER: a folder of kernel templates (its subfolders included, as POOLER_TEMPLATE_DIR takes
 them); the FOLDER `embedded` runs the templates built into the bench. The templates of an earlier
 commit: `mkdir -p F && git archive COMMIT kernel_templates | tar -x -C F`, then F/kernel_templates. The
-bench (the host code) is this tree's; a variant must keep the templates' kernel arguments. --env
+bench (the host code) is --bench unless --bench-of names another; a template folder must keep the
+templates' kernel arguments and shared-memory sizes of its bench. --env
 NAME:VAR=VALUE sets an environment variable for one variant's runs, e.g. a rule's override
-(`--env split4:POOLER_CONSUMER_ROW_CTAS=4 rule=embedded split4=embedded`). The
+(`--env split4:POOLER_CONSUMER_ROW_CTAS=4 rule=embedded split4=embedded`). --bench-of NAME:PATH runs
+another build's bench for one variant, for a change of the host code (a rule, a shared-memory size):
+build the earlier commit elsewhere and compare `--bench-of old:DIR/build/tools/pooler-kernel-bench
+old=embedded now=embedded`. The
 default metric: fused_us (chain), marginal_fused_us (engine). Every run's JSON and log stay in --out.
 Exits 1 when a run fails (its log's tail is printed) or a row's check is not "ok".
 """
@@ -30,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 
-def parse_variants(specs, envs=()):
+def parse_variants(specs, envs=(), benches=()):
     variants = []
     for spec in specs:
         name, sep, folder = spec.partition("=")
@@ -40,7 +45,7 @@ def parse_variants(specs, envs=()):
             raise SystemExit(f"compare_kernels: variant {name}: {folder} is not a folder")
         if any(name == v[0] for v in variants):
             raise SystemExit(f"compare_kernels: variant {name} given twice")
-        variants.append((name, folder, {}))
+        variants.append([name, folder, {}, None])  # name, templates, environment, bench (None: --bench)
     if len(variants) < 2:
         raise SystemExit("compare_kernels: give at least two variants to compare")
     for spec in envs:
@@ -52,11 +57,21 @@ def parse_variants(specs, envs=()):
         if variant is None:
             raise SystemExit(f"compare_kernels: --env {spec!r}: no variant named {name}")
         variant[2][var] = value
+    for spec in benches:
+        name, sep, path = spec.partition(":")
+        if not sep or not path:
+            raise SystemExit(f"compare_kernels: --bench-of {spec!r}: expected NAME:PATH")
+        variant = next((v for v in variants if v[0] == name), None)
+        if variant is None:
+            raise SystemExit(f"compare_kernels: --bench-of {spec!r}: no variant named {name}")
+        if not os.access(path, os.X_OK):
+            raise SystemExit(f"compare_kernels: --bench-of {spec!r}: {path} is not an executable")
+        variant[3] = path
     return variants
 
 
 def run(args, bench_args):
-    variants = parse_variants(args.variants, args.env)
+    variants = parse_variants(args.variants, args.env, args.bench_of)
     mode = next((a for a in bench_args if a in ("--chain", "--engine")), None)
     if mode is None:
         raise SystemExit("compare_kernels: the bench options after -- must include --chain or --engine")
@@ -64,7 +79,7 @@ def run(args, bench_args):
     out.mkdir(parents=True, exist_ok=True)
     failed = False
     for r in range(1, args.rounds + 1):
-        for name, folder, settings in variants:
+        for name, folder, settings, bench in variants:
             env = dict(os.environ, NCCL_NVLS_ENABLE="0")
             env.pop("POOLER_TEMPLATE_DIR", None)
             env.update(settings)
@@ -72,7 +87,7 @@ def run(args, bench_args):
                 env["POOLER_TEMPLATE_DIR"] = str(Path(folder).resolve())
             stem = out / f"{mode[2:]}_{name}_r{r}"
             with open(f"{stem}.log", "w") as log:
-                status = subprocess.call([args.bench, *bench_args, "--json", f"{stem}.json"], env=env,
+                status = subprocess.call([bench or args.bench, *bench_args, "--json", f"{stem}.json"], env=env,
                                          stdout=log, stderr=subprocess.STDOUT)
             print(f"compare_kernels: round {r}, {name}: rc {status}", flush=True)
             if status != 0:
@@ -140,13 +155,21 @@ def self_test():
         with redirect_stdout(io.StringIO()):
             assert summarize(folder, None, ["old", "new"])
     variants = parse_variants(["rule=embedded", "split4=embedded"], ["split4:POOLER_CONSUMER_ROW_CTAS=4"])
-    assert variants == [("rule", "embedded", {}), ("split4", "embedded", {"POOLER_CONSUMER_ROW_CTAS": "4"})], variants
+    assert variants == [["rule", "embedded", {}, None], ["split4", "embedded", {"POOLER_CONSUMER_ROW_CTAS": "4"}, None]]
     for bad_env in ("other:X=1", "split4:X", "split4"):
         try:
             parse_variants(["rule=embedded", "split4=embedded"], [bad_env])
         except SystemExit:
             continue
         raise AssertionError(f"--env {bad_env} was accepted")
+    variants = parse_variants(["old=embedded", "now=embedded"], [], [f"old:{sys.executable}"])
+    assert variants[0][3] == sys.executable and variants[1][3] is None, variants
+    for bad_bench in ("other:" + sys.executable, "old:/nonexistent/bench", "old"):
+        try:
+            parse_variants(["old=embedded", "now=embedded"], [], [bad_bench])
+        except SystemExit:
+            continue
+        raise AssertionError(f"--bench-of {bad_bench} was accepted")
     print("compare_kernels: self-test passed")
     return False
 
@@ -164,6 +187,8 @@ def main():
     parser.add_argument("--metric", help="the rows' field to compare")
     parser.add_argument("--env", action="append", default=[], metavar="NAME:VAR=VALUE",
                         help="an environment variable for one variant's runs (repeatable)")
+    parser.add_argument("--bench-of", action="append", default=[], metavar="NAME:PATH",
+                        help="another build's bench for one variant (repeatable)")
     parser.add_argument("--summarize", metavar="DIR", help="only print the table of the runs in DIR")
     parser.add_argument("--self-test", action="store_true", help="check the summary on made-up runs")
     parser.add_argument("variants", nargs="*", metavar="NAME=FOLDER")
