@@ -39,7 +39,7 @@ constexpr int kOwnedPitch = kOwned % 8 == 0 ? kOwned + 4 : kOwned;
 constexpr int kXPitch = (2 * kSliceK) % 128 == 0 ? 2 * kSliceK + 64 : 2 * kSliceK;
 // W_ON_CHIP with at most 16 fragments of x per lane: they go from global memory (L2) straight into
 // registers after the PDL wait, and x takes no shared memory, so that three CTAs of a 64 KiB share
-// fit an SM up to 10 rows. why: docs/design/gemm.md, "The whole share of w on chip".
+// fit an SM up to 8 rows. why: docs/design/gemm.md, "The whole share of w on chip".
 constexpr bool kXInRegisters = W_ON_CHIP && kSteps * kBatchTiles <= 16;
 constexpr int kXBytes = kXInRegisters ? 0 : ROWS * kXPitch;
 constexpr int kReduceOffset = (kXBytes + 15) / 16 * 16;
