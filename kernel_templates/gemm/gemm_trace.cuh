@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // gemm_trace.cuh: the pooler GEMM's per-CTA trace (TRACE = 1; empty otherwise). Thread 0 of CTA b
-// records %globaltimer at kMarks points and its SM into pooler_gemm_trace[launch][b]; launches past
-// kLaunches are not recorded. Why a CTA's own count numbers the launch: docs/design/gemm.md, "Trace forms".
+// records %globaltimer at kMarks points and its SM into pooler_gemm_trace[launch][b], all stored at
+// its last mark; launches past kLaunches are not recorded. Why a CTA's own count numbers the launch:
+// docs/design/gemm.md, "Trace forms".
 #pragma once
 
 #include "ptx.cuh"
@@ -21,23 +22,44 @@ __device__ unsigned long long
 namespace gemm_trace {
 
 struct Trace {
-  unsigned long long* record = nullptr;  // this CTA's record (thread 0 only), or null
+  // Thread 0's marks, kept in registers and stored at the last mark (done): storing each as it
+  // happens would make the first mark wait for the launch counter's atomic, a round trip that
+  // delayed thread 0 (and so its warp and the barriers after it) in the traced form only.
+  bool active = false;
+  unsigned launch = 0u;  // the atomic's result, used only at the last mark
+  unsigned long long start_timer = 0ull;
+  unsigned passed = 0u;  // bit m: mark m was passed
+  unsigned timer_delta[kMarks] = {};
 
   __device__ __forceinline__ void start(unsigned thread_x) {
     if constexpr (TRACE) {
       if (thread_x != 0) return;
-      const unsigned long long now = pooler::global_timer_unordered();
-      const unsigned launch = atomicAdd(&pooler_gemm_trace_launches[blockIdx.x], 1u);
-      if (launch >= kLaunches) return;
-      record = pooler_gemm_trace + (launch * kCtas + blockIdx.x) * (kMarks + 1);
-      const unsigned sm = pooler::sm_id();
-      record[0] = now;
-      record[kMarks] = (static_cast<unsigned long long>(sm) << 32) | blockIdx.x;
+      active = true;
+      start_timer = pooler::global_timer_unordered();
+      launch = atomicAdd(&pooler_gemm_trace_launches[blockIdx.x], 1u);
     }
   }
-  __device__ __forceinline__ void mark(int point) const {
+  // `point` is a constant at every call. The last mark (kMarks - 1) stores the record.
+  __device__ __forceinline__ void mark(int point) {
     if constexpr (TRACE) {
-      if (record != nullptr) record[point] = pooler::global_timer_unordered();
+      if (!active) return;
+      passed |= 1u << point;
+      timer_delta[point] = static_cast<unsigned>(pooler::global_timer_unordered() - start_timer);
+      if (point == kMarks - 1) store();
+    } else {
+      (void)point;
+    }
+  }
+  // The record as far as it goes: a CTA that leaves before the last mark calls it itself. Marks not
+  // passed are 0.
+  __device__ __forceinline__ void store() const {
+    if constexpr (TRACE) {
+      if (!active || launch >= kLaunches) return;
+      unsigned long long* record = pooler_gemm_trace + (launch * kCtas + blockIdx.x) * (kMarks + 1);
+      record[0] = start_timer;
+#pragma unroll
+      for (int m = 1; m < kMarks; ++m) record[m] = (passed >> m) & 1u ? start_timer + timer_delta[m] : 0ull;
+      record[kMarks] = (static_cast<unsigned long long>(pooler::sm_id()) << 32) | blockIdx.x;
     }
   }
 };

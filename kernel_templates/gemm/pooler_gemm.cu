@@ -484,7 +484,10 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     }
     trace.mark(6);
   } else {
-    if (split >= kOwners) return;  // this rank finishes no columns (uniform over the CTA)
+    if (split >= kOwners) {  // this rank finishes no columns (uniform over the CTA)
+      trace.store();
+      return;
+    }
     // Sums as above (the same bits), in rounds of whole warps so every lane reaches the shuffles;
     // lanes 8j..8j+7 hold 8 consecutive columns of one row.
     // why: docs/design/gemm.md, "The fused publish".
