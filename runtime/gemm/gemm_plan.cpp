@@ -34,6 +34,10 @@ struct Derived {
   int chunks;       // chunks of 32 * k_unroll K values each warp streams
   int stage_bytes;  // one stage of a warp's ring: 16 * tiles rows of 32 * k_unroll K values
   int w_pitch;      // w_on_chip: bytes from one w row of the CTA's share to the next
+  // w_on_chip with at most 16 fragments of x per lane (one per batch tile and K step): x goes from L2
+  // straight into registers and takes no shared memory, so that three CTAs of the two-per-SM shape
+  // share an SM up to 8 rows (the form's X_IN_REGISTERS; decision 0027).
+  bool x_in_registers;
 };
 
 Derived derive(int rows, int k, const PoolerGemmShape& s, bool publish) {
@@ -49,6 +53,7 @@ Derived derive(int rows, int k, const PoolerGemmShape& s, bool publish) {
   d.stage_bytes = 16 * s.tiles() * chunk_bytes;
   // As the template's kWPitch: 64 (mod 128) bytes, conflict-free fragment loads.
   d.w_pitch = (2 * d.slice_k) % 128 == 0 ? 2 * d.slice_k + 64 : 2 * d.slice_k;
+  d.x_in_registers = s.w_on_chip && s.warps_k > 0 && (d.slice_k / s.warps_k / 32) * d.batch_tiles <= 16;
   return d;
 }
 
@@ -62,10 +67,7 @@ bool gemm_prologue_holds_all_of_w(int rows, int k, const PoolerGemmShape& s) {
 
 long long gemm_shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s, bool publish) {
   const Derived d = derive(rows, k, s, publish);
-  // As the template's kXInRegisters: with w on chip and at most 16 fragments of x per lane, x goes
-  // into registers and takes no shared memory.
-  const bool x_in_registers = s.w_on_chip && s.warps_k > 0 && (d.slice_k / s.warps_k / 32) * d.batch_tiles <= 16;
-  const long long x_bytes = x_in_registers ? 0 : static_cast<long long>(rows) * d.x_pitch;
+  const long long x_bytes = d.x_in_registers ? 0 : static_cast<long long>(rows) * d.x_pitch;
   const long long reduce_offset = (x_bytes + 15) / 16 * 16;
   const long long reduce_bytes = static_cast<long long>(d.partials) * rows * d.owned_pitch * 4;
   long long bytes = reduce_offset + reduce_bytes;
@@ -281,6 +283,7 @@ Form GemmPlan::form(bool trace) const {
       .set("K_UNROLL", shape.k_unroll)
       .set("STAGES", shape.stages)
       .set("W_ON_CHIP", shape.w_on_chip ? 1 : 0)
+      .set("X_IN_REGISTERS", derive(rows_, k_, shape, publish != nullptr).x_in_registers ? 1 : 0)
       .set("ASYNC_REDUCE", shape.async_reduce ? 1 : 0)
       .set("MIN_CTAS", shape.ctas_per_sm)
       .set("SMEM_BYTES", bytes)
