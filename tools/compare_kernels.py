@@ -26,6 +26,7 @@ Exits 1 when a run fails (its log's tail is printed) or a row's check is not "ok
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -33,6 +34,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+
+@dataclasses.dataclass
+class Variant:
+    name: str
+    folder: str  # its templates, or "embedded"
+    env: dict = dataclasses.field(default_factory=dict)  # --env settings
+    bench: "str | None" = None  # --bench-of; None: --bench
 
 
 def parse_variants(specs, envs=(), benches=()):
@@ -43,30 +52,33 @@ def parse_variants(specs, envs=(), benches=()):
             raise SystemExit(f"compare_kernels: variant {spec!r}: expected NAME=FOLDER, NAME without '_'")
         if folder != "embedded" and not Path(folder).is_dir():
             raise SystemExit(f"compare_kernels: variant {name}: {folder} is not a folder")
-        if any(name == v[0] for v in variants):
+        if any(name == v.name for v in variants):
             raise SystemExit(f"compare_kernels: variant {name} given twice")
-        variants.append([name, folder, {}, None])  # name, templates, environment, bench (None: --bench)
+        variants.append(Variant(name, folder))
     if len(variants) < 2:
         raise SystemExit("compare_kernels: give at least two variants to compare")
+
+    def per_variant(option, spec, expected):
+        """NAME:REST of --option: the variant named NAME and REST (both checked)."""
+        name, sep, rest = spec.partition(":")
+        if not sep or not rest:
+            raise SystemExit(f"compare_kernels: {option} {spec!r}: expected {expected}")
+        variant = next((v for v in variants if v.name == name), None)
+        if variant is None:
+            raise SystemExit(f"compare_kernels: {option} {spec!r}: no variant named {name}")
+        return variant, rest
+
     for spec in envs:
-        name, sep, setting = spec.partition(":")
+        variant, setting = per_variant("--env", spec, "NAME:VAR=VALUE")
         var, eq, value = setting.partition("=")
-        if not sep or not eq or not var:
+        if not eq or not var:
             raise SystemExit(f"compare_kernels: --env {spec!r}: expected NAME:VAR=VALUE")
-        variant = next((v for v in variants if v[0] == name), None)
-        if variant is None:
-            raise SystemExit(f"compare_kernels: --env {spec!r}: no variant named {name}")
-        variant[2][var] = value
+        variant.env[var] = value
     for spec in benches:
-        name, sep, path = spec.partition(":")
-        if not sep or not path:
-            raise SystemExit(f"compare_kernels: --bench-of {spec!r}: expected NAME:PATH")
-        variant = next((v for v in variants if v[0] == name), None)
-        if variant is None:
-            raise SystemExit(f"compare_kernels: --bench-of {spec!r}: no variant named {name}")
+        variant, path = per_variant("--bench-of", spec, "NAME:PATH")
         if not os.access(path, os.X_OK):
             raise SystemExit(f"compare_kernels: --bench-of {spec!r}: {path} is not an executable")
-        variant[3] = path
+        variant.bench = path
     return variants
 
 
@@ -79,22 +91,23 @@ def run(args, bench_args):
     out.mkdir(parents=True, exist_ok=True)
     failed = False
     for r in range(1, args.rounds + 1):
-        for name, folder, settings, bench in variants:
+        for variant in variants:
+            name, folder = variant.name, variant.folder
             env = dict(os.environ, NCCL_NVLS_ENABLE="0")
             env.pop("POOLER_TEMPLATE_DIR", None)
-            env.update(settings)
+            env.update(variant.env)
             if folder != "embedded":
                 env["POOLER_TEMPLATE_DIR"] = str(Path(folder).resolve())
             stem = out / f"{mode[2:]}_{name}_r{r}"
             with open(f"{stem}.log", "w") as log:
-                status = subprocess.call([bench or args.bench, *bench_args, "--json", f"{stem}.json"], env=env,
+                status = subprocess.call([variant.bench or args.bench, *bench_args, "--json", f"{stem}.json"], env=env,
                                          stdout=log, stderr=subprocess.STDOUT)
             print(f"compare_kernels: round {r}, {name}: rc {status}", flush=True)
             if status != 0:
                 failed = True
                 print("".join(open(f"{stem}.log").readlines()[-8:]), end="")
     print(f"compare_kernels: runs in {out}")
-    return summarize(out, args.metric, [v[0] for v in variants]) or failed
+    return summarize(out, args.metric, [v.name for v in variants]) or failed
 
 
 def summarize(folder, metric=None, order=None):
@@ -155,7 +168,7 @@ def self_test():
         with redirect_stdout(io.StringIO()):
             assert summarize(folder, None, ["old", "new"])
     variants = parse_variants(["rule=embedded", "split4=embedded"], ["split4:POOLER_CONSUMER_ROW_CTAS=4"])
-    assert variants == [["rule", "embedded", {}, None], ["split4", "embedded", {"POOLER_CONSUMER_ROW_CTAS": "4"}, None]]
+    assert variants == [Variant("rule", "embedded"), Variant("split4", "embedded", {"POOLER_CONSUMER_ROW_CTAS": "4"})]
     for bad_env in ("other:X=1", "split4:X", "split4"):
         try:
             parse_variants(["rule=embedded", "split4=embedded"], [bad_env])
@@ -163,7 +176,7 @@ def self_test():
             continue
         raise AssertionError(f"--env {bad_env} was accepted")
     variants = parse_variants(["old=embedded", "now=embedded"], [], [f"old:{sys.executable}"])
-    assert variants[0][3] == sys.executable and variants[1][3] is None, variants
+    assert variants[0].bench == sys.executable and variants[1].bench is None, variants
     for bad_bench in ("other:" + sys.executable, "old:/nonexistent/bench", "old"):
         try:
             parse_variants(["old=embedded", "now=embedded"], [], [bad_bench])
