@@ -487,10 +487,16 @@ TEST_F(GemmGpu, TraceFormsRecordEveryCtaInOrderAndKeepTheBits) {
         EXPECT_EQ(r.cta, cta);
         EXPECT_LT(r.sm, 1024);
         for (int m = 0; m < kGemmTraceMarks; ++m) {
-          EXPECT_NE(r.ns[static_cast<std::size_t>(m)], 0u) << what << ": CTA " << cta << " lacks mark " << m;
+          const auto at = static_cast<std::size_t>(m);
+          EXPECT_NE(r.ns[at], 0u) << what << ": CTA " << cta << " lacks mark " << m;
+          EXPECT_NE(r.clock[at], 0u) << what << ": CTA " << cta << " lacks the clock of mark " << m;
           if (m > 0) {
-            EXPECT_LE(r.ns[static_cast<std::size_t>(m - 1)], r.ns[static_cast<std::size_t>(m)])
+            EXPECT_LE(r.ns[at - 1], r.ns[at])
                 << what << ": launch " << launch << ", CTA " << cta << ", mark " << GemmTrace::kMarkNames[m];
+            // The SM's cycles, in the same order; a step of a kernel this short takes under 10^7 of them.
+            EXPECT_LE(r.clock[at - 1], r.clock[at])
+                << what << ": launch " << launch << ", CTA " << cta << ", clock of mark " << GemmTrace::kMarkNames[m];
+            EXPECT_LT(r.clock[at] - r.clock[at - 1], 10000000u) << what << ": CTA " << cta << ", mark " << m;
           }
         }
         earliest_wait = std::min(earliest_wait, r.ns[GemmTrace::kWaited]);

@@ -14,10 +14,11 @@
 namespace pooler {
 
 struct GemmTraceRecord {
-  int launch = 0;                                        // since the counters were reset
-  int cta = 0;                                           // blockIdx.x
-  int sm = 0;                                            // %smid
-  std::array<unsigned long long, kGemmTraceMarks> ns{};  // %globaltimer per mark; 0 where not passed
+  int launch = 0;                                           // since the counters were reset
+  int cta = 0;                                              // blockIdx.x
+  int sm = 0;                                               // %smid
+  std::array<unsigned long long, kGemmTraceMarks> ns{};     // %globaltimer per mark; 0 where not passed
+  std::array<unsigned long long, kGemmTraceMarks> clock{};  // %clock64 per mark (its SM's); 0 where not passed
 };
 
 // Zeroes the launch counters and the records, in stream order: the next

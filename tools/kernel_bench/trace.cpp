@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <map>
 #include <memory>
 
@@ -42,6 +43,38 @@ unsigned long long wait_ended(const std::vector<const GemmTraceRecord*>& launch,
   return t;
 }
 
+// The GEMM's steps after its wait, timed in its CTAs' own cycles (%globaltimer ticks every 256 ns on
+// the H100, too coarse for them): {from mark, to mark, name}.
+struct GemmStep {
+  GemmTrace::Mark from, to;
+  const char* name;
+};
+constexpr GemmStep kGemmSteps[] = {
+    {GemmTrace::kWaited, GemmTrace::kXStaged, "waited -> x staged"},
+    {GemmTrace::kXStaged, GemmTrace::kFirstData, "x staged -> first w used"},
+    {GemmTrace::kFirstData, GemmTrace::kLoopDone, "first w used -> MMAs done"},
+    {GemmTrace::kLoopDone, GemmTrace::kDone, "MMAs done -> stored"},
+};
+
+// The median over a launch's CTAs that passed both marks of a step's cycles; -1 where none did.
+double median_cycles(const std::vector<const GemmTraceRecord*>& ctas, const GemmStep& step) {
+  std::vector<double> cycles;
+  for (const GemmTraceRecord* r : ctas) {
+    const unsigned long long from = r->clock[static_cast<std::size_t>(step.from)];
+    const unsigned long long to = r->clock[static_cast<std::size_t>(step.to)];
+    if (from != 0 && to != 0) cycles.push_back(static_cast<double>(to - from));
+  }
+  return cycles.empty() ? -1.0 : median(cycles);
+}
+
+// A record's clock marks in cycles after its start (-1 where not passed), each after a space.
+void print_cycles(FILE* file, const std::array<unsigned long long, kGemmTraceMarks>& clock) {
+  for (int m = 0; m < kGemmTraceMarks; ++m) {
+    const unsigned long long c = clock[static_cast<std::size_t>(m)];
+    std::fprintf(file, " %lld", c == 0 ? -1LL : static_cast<long long>(c - clock[0]));
+  }
+}
+
 }  // namespace
 
 std::vector<GemmTraceRecord> trace_chain(const Stream& stream, const GemmTrace& trace, int launches,
@@ -62,6 +95,7 @@ std::string summarize_trace(const std::vector<GemmTraceRecord>& records, int lau
   auto waited = [&](int launch) { return wait_ended(of_launch[static_cast<std::size_t>(launch)], launch); };
   std::vector<double> period, sms, doubled, x_med, x_last, first, loop_first, loop_med, loop_last, done_last,
       next_start;
+  std::vector<std::vector<double>> step_cycles(std::size(kGemmSteps));
   for (int i = 1; i + 1 < launches; ++i) {
     const auto& ctas = of_launch[static_cast<std::size_t>(i)];
     const unsigned long long origin = waited(i);
@@ -92,14 +126,21 @@ std::string summarize_trace(const std::vector<GemmTraceRecord>& records, int lau
       starts.push_back(us(*r, GemmTrace::kStart, origin));
     }
     next_start.push_back(median(starts));
+    for (std::size_t s = 0; s < std::size(kGemmSteps); ++s)
+      step_cycles[s].push_back(median_cycles(ctas, kGemmSteps[s]));
+  }
+  std::string cycles;
+  for (std::size_t s = 0; s < std::size(kGemmSteps); ++s) {
+    cycles += fmt::format("{}{} {:.0f}", s == 0 ? "" : ", ", kGemmSteps[s].name, median(step_cycles[s]));
   }
   return fmt::format(
       "trace of launches 1-{} of {} (medians over them; us after the launch's PDL wait ended): period {:.2f}; "
       "{:.0f} SMs ({:.0f} with two CTAs); x staged {:.2f} (last CTA {:.2f}); first w used {:.2f}; MMAs done "
       "{:.2f} / {:.2f} / {:.2f} (first / median / last CTA); outputs stored {:.2f} (last CTA); the next launch's "
-      "CTAs start at {:.2f} (median)",
+      "CTAs start at {:.2f} (median); cycles (median CTA): {}",
       launches - 2, launches, median(period), median(sms), median(doubled), median(x_med), median(x_last),
-      median(first), median(loop_first), median(loop_med), median(loop_last), median(done_last), median(next_start));
+      median(first), median(loop_first), median(loop_med), median(loop_last), median(done_last), median(next_start),
+      cycles);
 }
 
 void write_trace(const std::string& path, const std::vector<GemmTraceRecord>& records) {
@@ -111,12 +152,13 @@ void write_trace(const std::string& path, const std::vector<GemmTraceRecord>& re
   }
   std::fprintf(file.get(), "# launch cta sm, then us from the first start at:");
   for (const char* name : GemmTrace::kMarkNames) std::fprintf(file.get(), " [%s]", name);
-  std::fprintf(file.get(), " (-1: not passed)\n");
+  std::fprintf(file.get(), ", then cycles after its start at each (-1: not passed)\n");
   for (const GemmTraceRecord& r : records) {
     std::fprintf(file.get(), "%d %d %d", r.launch, r.cta, r.sm);
     for (int m = 0; m < kGemmTraceMarks; ++m) {
       std::fprintf(file.get(), " %.3f", r.ns[static_cast<std::size_t>(m)] == 0 ? -1.0 : us(r, m, origin));
     }
+    print_cycles(file.get(), r.clock);
     std::fprintf(file.get(), "\n");
   }
   if (std::ferror(file.get())) throw Error(fmt::format("writing the trace {} failed", path));
@@ -160,6 +202,9 @@ std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
     put("GEMM MMAs done (median CTA)", median(loop));
     put("GEMM MMAs done (last CTA)", last(loop));
     put("GEMM published (last CTA)", last(done));
+    for (const GemmStep& step : kGemmSteps) {
+      put(fmt::format("GEMM cycles {}", step.name), median_cycles(gemm_of[static_cast<std::size_t>(i)], step));
+    }
     const ConsumerTraceRecord* cta0 = nullptr;
     std::vector<double> finished;
     for (const ConsumerTraceRecord* r : consumer_of[static_cast<std::size_t>(i)]) {
@@ -185,7 +230,8 @@ std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
     }
   }
   std::string out = fmt::format(
-      "      medians over layers 1-{} of {}, us after the layer's GEMM's PDL wait (cycles: CTA 0 of the consumer)\n",
+      "      medians over layers 1-{} of {}, us after the layer's GEMM's PDL wait (cycles: the GEMM's median CTA, "
+      "the consumer's CTA 0)\n",
       launches - 2, launches);
   for (const std::string& name : order) {
     out += fmt::format("      {:<34} {:9.2f}\n", name, median(columns[name]));
@@ -209,12 +255,15 @@ void write_chain_trace(const std::string& path, const std::vector<GemmTraceRecor
   };
   std::fprintf(file.get(), "# gemm launch cta sm, then us from the first start at:");
   for (const char* name : GemmTrace::kMarkNames) std::fprintf(file.get(), " [%s]", name);
-  std::fprintf(file.get(), "\n# consumer launch cta sm, then us from the first start at:");
+  std::fprintf(file.get(),
+               ", then cycles after its start at each (-1: not passed)\n# consumer launch cta sm, then us from the "
+               "first start at:");
   for (const char* name : kConsumerMarkNames) std::fprintf(file.get(), " [%s]", name);
   std::fprintf(file.get(), ", then cycles after its start at each (-1: not passed)\n");
   for (const GemmTraceRecord& r : gemm) {
     std::fprintf(file.get(), "gemm %d %d %d", r.launch, r.cta, r.sm);
     for (int m = 0; m < kGemmTraceMarks; ++m) std::fprintf(file.get(), " %.3f", us(r.ns[static_cast<std::size_t>(m)]));
+    print_cycles(file.get(), r.clock);
     std::fprintf(file.get(), "\n");
   }
   for (const ConsumerTraceRecord& r : consumer) {

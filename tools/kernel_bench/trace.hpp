@@ -26,25 +26,26 @@ std::vector<GemmTraceRecord> trace_chain(const Stream& stream, const GemmTrace& 
 // the launch used and how many held two of its CTAs, and when, after the PDL
 // wait, x was staged, the first w arrived, the MMAs were done (first, median
 // and last CTA) and the outputs stored, and when the next launch's CTAs
-// started. Needs at least 4 launches.
+// started; then the cycles of each step after the wait (median CTA). Needs at least 4 launches.
 std::string summarize_trace(const std::vector<GemmTraceRecord>& records, int launches);
 
 // One line per record: launch, CTA, SM, then every mark in microseconds from
-// the first CTA's start (-1 where the CTA did not pass it).
+// the first CTA's start, then in cycles from its own start (-1 where the CTA did not pass it).
 void write_trace(const std::string& path, const std::vector<GemmTraceRecord>& records);
 
 // A chain of publishing GEMM and consumer launches, alternating, `launches` of each:
 // for the steady layers (all but the first and the last), the medians over them of when,
 // in us after the layer's GEMM's PDL wait (its first CTA), the GEMM staged x, finished
 // its MMAs and published (median and last CTA), the consumer's CTA 0 passed each step,
-// its last CTA finished, and the next GEMM's CTAs started and its wait returned; then
-// CTA 0's cycles per step. Lines ending in a newline. Needs at least 4 launches.
+// its last CTA finished, and the next GEMM's CTAs started and its wait returned; then the
+// GEMM's cycles per step after its wait (median CTA) and the consumer's CTA 0's cycles per step.
+// Lines ending in a newline. Needs at least 4 launches.
 std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
                                   const std::vector<ConsumerTraceRecord>& consumer, int launches);
 
 // One line per record, GEMM's then the consumer's: kind, launch, CTA, SM, then every mark
-// in microseconds from the first start (-1 where not passed); the consumer's lines end
-// with its clock marks in cycles after its start.
+// in microseconds from the first start (-1 where not passed), then its clock marks in cycles
+// after its own start.
 void write_chain_trace(const std::string& path, const std::vector<GemmTraceRecord>& gemm,
                        const std::vector<ConsumerTraceRecord>& consumer);
 
