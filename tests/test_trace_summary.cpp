@@ -1,0 +1,115 @@
+// SPDX-License-Identifier: Apache-2.0
+// pooler-kernel-bench's trace summaries and files (tools/kernel_bench/trace.*) on made-up records, no
+// GPU: the GEMM's steps after its wait in its CTAs' cycles (median CTA, the CTAs that passed both
+// marks), the consumer's CTA 0, and the per-CTA lines of the trace files.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "pooler/error.hpp"
+#include "support/process.hpp"
+#include "tools/kernel_bench/trace.hpp"
+
+namespace pooler {
+namespace {
+
+constexpr int kLaunches = 6;
+constexpr int kCtas = 3;
+
+// Launch l's CTA c: marks 1 us apart in %globaltimer from the launch's start (10 us apart), the
+// clock marks 100 * (c + 1) cycles apart (so the median CTA, c = 1, has 200 per step); CTA 2 is a
+// publishing GEMM's CTA that finishes no columns (no kDone, neither ns nor clock).
+std::vector<GemmTraceRecord> gemm_records() {
+  std::vector<GemmTraceRecord> out;
+  for (int launch = 0; launch < kLaunches; ++launch) {
+    for (int cta = 0; cta < kCtas; ++cta) {
+      GemmTraceRecord r;
+      r.launch = launch;
+      r.cta = cta;
+      r.sm = cta;
+      for (int m = 0; m < kGemmTraceMarks; ++m) {
+        if (cta == 2 && m == GemmTrace::kDone) continue;
+        r.ns[static_cast<std::size_t>(m)] = 1'000'000ull + 10'000ull * launch + 1'000ull * m + 10ull * cta;
+        r.clock[static_cast<std::size_t>(m)] = 5'000'000ull * (cta + 1) + 100ull * (cta + 1) * m;
+      }
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+// One consumer CTA per launch, its clock marks 7 cycles apart.
+std::vector<ConsumerTraceRecord> consumer_records() {
+  std::vector<ConsumerTraceRecord> out;
+  for (int launch = 0; launch < kLaunches; ++launch) {
+    ConsumerTraceRecord r;
+    r.launch = launch;
+    for (int m = 0; m < kConsumerTraceMarks; ++m) {
+      r.ns[static_cast<std::size_t>(m)] = 1'000'000ull + 10'000ull * launch + 6'000ull + 100ull * m;
+      r.clock[static_cast<std::size_t>(m)] = 9'000ull + 7ull * m;
+    }
+    out.push_back(r);
+  }
+  return out;
+}
+
+// The number printed after `name` on its line of `text` (-1000 where the line is missing).
+double value_after(const std::string& text, const std::string& name) {
+  const std::size_t at = text.find(name);
+  if (at == std::string::npos) return -1000.0;
+  return std::stod(text.substr(at + name.size()));
+}
+
+TEST(TraceSummary, ChainPrintsTheGemmsStepsInCyclesOfItsMedianCta) {
+  const std::string text = bench::summarize_chain_trace(gemm_records(), consumer_records(), kLaunches);
+  // CTAs 0, 1, 2 take 100, 200, 300 cycles a step: the median, 200.
+  EXPECT_DOUBLE_EQ(value_after(text, "GEMM cycles waited -> x staged"), 200.0) << text;
+  EXPECT_DOUBLE_EQ(value_after(text, "GEMM cycles x staged -> first w used"), 200.0) << text;
+  EXPECT_DOUBLE_EQ(value_after(text, "GEMM cycles first w used -> MMAs done"), 200.0) << text;
+  // CTA 2 never stored: the median of 100 and 200.
+  EXPECT_DOUBLE_EQ(value_after(text, "GEMM cycles MMAs done -> stored"), 150.0) << text;
+  EXPECT_DOUBLE_EQ(value_after(text, "cycles summed -> normed"), 7.0) << text;
+  // In us after the launch's first CTA passed its wait (CTA 0, 2 us after its start).
+  EXPECT_NEAR(value_after(text, "GEMM x staged"), 1.01, 1e-9) << text;
+  EXPECT_NEAR(value_after(text, "GEMM published (last CTA)"), 4.01, 1e-9) << text;
+  EXPECT_NEAR(value_after(text, "consumer CTA 0 read"), 4.2, 1e-9) << text;
+}
+
+TEST(TraceSummary, GemmChainPrintsItsStepsInCycles) {
+  const std::string text = bench::summarize_trace(gemm_records(), kLaunches);
+  EXPECT_NE(text.find("cycles (median CTA): waited -> x staged 200, x staged -> first w used 200, first w used -> "
+                      "MMAs done 200, MMAs done -> stored 150"),
+            std::string::npos)
+      << text;
+  EXPECT_THROW((void)bench::summarize_trace(gemm_records(), 3), InvalidArgument);
+}
+
+TEST(TraceSummary, FilesCarryEveryCtasCyclesAfterItsStart) {
+  testing::ScratchDir dir;
+  const std::string path = dir.path() + "/trace.txt";
+  bench::write_trace(path, gemm_records());
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 1u + kLaunches * kCtas);
+  EXPECT_NE(lines[0].find("then cycles after its start"), std::string::npos) << lines[0];
+  // Launch 0, CTA 1: us from the first start, then cycles 0, 200, ... 1200.
+  EXPECT_EQ(lines[2], "0 1 1 0.010 1.010 2.010 3.010 4.010 5.010 6.010 0 200 400 600 800 1000 1200");
+  // CTA 2 never stored: -1 in both.
+  EXPECT_EQ(lines[3], "0 2 2 0.020 1.020 2.020 3.020 4.020 5.020 -1.000 0 300 600 900 1200 1500 -1");
+
+  const std::string chain = dir.path() + "/chain.txt";
+  bench::write_chain_trace(chain, gemm_records(), consumer_records());
+  std::ifstream chain_in(chain);
+  const std::string all((std::istreambuf_iterator<char>(chain_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(all.find("\ngemm 0 1 1 0.010 1.010 2.010 3.010 4.010 5.010 6.010 0 200 400 600 800 1000 1200\n"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("\nconsumer 0 0 0 6.000 6.100"), std::string::npos) << all;
+}
+
+}  // namespace
+}  // namespace pooler
