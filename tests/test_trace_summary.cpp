@@ -78,6 +78,26 @@ TEST(TraceSummary, ChainPrintsTheGemmsStepsInCyclesOfItsMedianCta) {
   EXPECT_NEAR(value_after(text, "consumer CTA 0 read"), 4.2, 1e-9) << text;
 }
 
+TEST(TraceSummary, ConsumerMarksNotPassedAreLeftOut) {
+  // A polling consumer passes its end's PDL wait; a waiting one (and BF16's quantize) leaves the mark 0.
+  const std::string polling = bench::summarize_chain_trace(gemm_records(), consumer_records(), kLaunches);
+  EXPECT_DOUBLE_EQ(value_after(polling, "cycles stored -> end waited"), 7.0) << polling;
+  EXPECT_DOUBLE_EQ(value_after(polling, "cycles end waited -> finished"), 7.0) << polling;
+  std::vector<ConsumerTraceRecord> waiting = consumer_records();
+  for (ConsumerTraceRecord& r : waiting) {
+    for (ConsumerMark m : {ConsumerMark::quantized, ConsumerMark::end_waited}) {
+      r.ns[static_cast<std::size_t>(m)] = 0;
+      r.clock[static_cast<std::size_t>(m)] = 0;
+    }
+  }
+  const std::string text = bench::summarize_chain_trace(gemm_records(), waiting, kLaunches);
+  EXPECT_EQ(text.find("end waited"), std::string::npos) << text;
+  EXPECT_EQ(text.find("quantized"), std::string::npos) << text;
+  // From the last mark passed before: normed -> stored, stored -> finished.
+  EXPECT_DOUBLE_EQ(value_after(text, "cycles normed -> stored"), 14.0) << text;
+  EXPECT_DOUBLE_EQ(value_after(text, "cycles stored -> finished"), 14.0) << text;
+}
+
 TEST(TraceSummary, GemmChainPrintsItsStepsInCycles) {
   const std::string text = bench::summarize_trace(gemm_records(), kLaunches);
   EXPECT_NE(text.find("cycles (median CTA): waited -> x staged 200, x staged -> first w used 200, first w used -> "

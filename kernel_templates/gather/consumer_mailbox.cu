@@ -205,7 +205,10 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16) pooler_consumer(const 
   trace.mark(consumer_trace::kStored);
   // A polling consumer's completion implies the previous kernel's, as a waiting one's does, and
   // its state writes follow every read of `stage` by the kernels before it.
-  if constexpr (POLLING) pdl_wait();
+  if constexpr (POLLING) {
+    pdl_wait();
+    trace.mark(consumer_trace::kEndWaited);
+  }
   mailbox_finish16<TP, CAPACITY, kShardWidth, POLLING == 1>(p.mailbox, p.state, snapshot, row, column, split.ctas);
   trace.mark(consumer_trace::kFinished);
 }

@@ -10,8 +10,10 @@
 #include "row_split.cuh"
 
 namespace consumer_trace {
-enum Mark { kStart, kWaited, kRead, kArrived, kSummed, kNormed, kQuantized, kStored, kFinished };
-constexpr int kMarks = 9;  // the BF16 consumer does not quantize: its kQuantized is left 0
+enum Mark { kStart, kWaited, kRead, kArrived, kSummed, kNormed, kQuantized, kStored, kEndWaited, kFinished };
+// Marks a consumer does not pass are left 0: the BF16 consumer's kQuantized (it does not quantize),
+// and kEndWaited but in the polling consumer (the PDL wait at its end).
+constexpr int kMarks = 10;
 constexpr int kLaunches = 16;
 constexpr int kCtas = CAPACITY * pooler::kMaxRowCtas;  // the most CTAs of a launch
 constexpr int kWords = 2 * kMarks + 1;
@@ -70,7 +72,7 @@ struct Trace {
         record[kMarks + 1 + kStart] = start_clock;
 #pragma unroll
         for (int m = 1; m < kMarks; ++m) {
-          // A mark never passed (the BF16 consumer's kQuantized) is 0, as the host expects.
+          // A mark never passed (the BF16 consumer's kQuantized, a waiting one's kEndWaited) is 0, as the host expects.
           const bool was = (passed >> m) & 1u;
           record[m] = was ? start_timer + timer_delta[m] : 0ull;
           record[kMarks + 1 + m] = was ? start_clock + clock_delta[m] : 0ull;
