@@ -12,7 +12,7 @@
 namespace pooler {
 namespace {
 
-constexpr std::size_t kWords = 2 * kConsumerTraceMarks + 1;
+constexpr std::size_t kWords = trace_record_words(kConsumerTraceMarks);
 
 }  // namespace
 
@@ -42,21 +42,9 @@ void reset_consumer_trace(const ConsumerTrace& trace, CUstream stream) {
 }
 
 std::vector<ConsumerTraceRecord> read_consumer_trace(const ConsumerTrace& trace, int launches) {
-  std::vector<ConsumerTraceRecord> out;
-  visit_trace_records(trace.records, launches, kConsumerTraceLaunches,
-                      static_cast<std::size_t>(trace.capacity) * kMaxConsumerRowCtas, kWords, "a consumer trace",
-                      [&](int launch, const unsigned long long* w) {
-                        ConsumerTraceRecord r;
-                        r.launch = launch;
-                        r.cta = static_cast<int>(w[kConsumerTraceMarks] & 0xFFFFFFFFull);
-                        r.sm = static_cast<int>(w[kConsumerTraceMarks] >> 32);
-                        for (int m = 0; m < kConsumerTraceMarks; ++m) {
-                          r.ns[static_cast<std::size_t>(m)] = w[m];
-                          r.clock[static_cast<std::size_t>(m)] = w[kConsumerTraceMarks + 1 + m];
-                        }
-                        out.push_back(r);
-                      });
-  return out;
+  return read_trace_records<kConsumerTraceMarks>(trace.records, launches, kConsumerTraceLaunches,
+                                                 static_cast<std::size_t>(trace.capacity) * kMaxConsumerRowCtas,
+                                                 "a consumer trace");
 }
 
 }  // namespace pooler

@@ -7,10 +7,10 @@
 
 #include <cuda.h>
 
-#include <array>
 #include <vector>
 
 #include "runtime/jit/kernel.hpp"
+#include "runtime/jit/trace_records.hpp"
 
 namespace pooler {
 
@@ -24,21 +24,15 @@ inline constexpr const char* kConsumerMarkNames[kConsumerTraceMarks] = {
     "start", "waited", "read", "arrived", "summed", "normed", "quantized", "stored", "end waited", "finished"};
 
 // Where a loaded trace form records: launches[cta] counts the launches CTA cta has started,
-// records[launch][cta] (capacity * kMaxConsumerRowCtas CTAs) holds kConsumerTraceMarks timer words, (SM << 32) | cta,
-// then kConsumerTraceMarks clock words, for the first kConsumerTraceLaunches launches.
+// records[launch][cta] (capacity * kMaxConsumerRowCtas CTAs) holds a record of kConsumerTraceMarks marks
+// (runtime/jit/trace_records.hpp) for the first kConsumerTraceLaunches launches.
 struct ConsumerTrace {
   LoadedForm::Global launches;  // unsigned per CTA (capacity * kMaxConsumerRowCtas of them)
   LoadedForm::Global records;   // unsigned long long
   int capacity = 0;             // rows a launch can have
 };
 
-struct ConsumerTraceRecord {
-  int launch = 0;                                               // since the counters were reset
-  int cta = 0;                                                  // blockIdx.x
-  int sm = 0;                                                   // %smid
-  std::array<unsigned long long, kConsumerTraceMarks> ns{};     // %globaltimer per mark; 0 where not passed
-  std::array<unsigned long long, kConsumerTraceMarks> clock{};  // %clock64 per mark; 0 where not passed
-};
+using ConsumerTraceRecord = TraceRecord<kConsumerTraceMarks>;
 
 // The trace variables of `form` (a consumer trace form for `capacity` rows); InvalidArgument
 // when the form has none or their sizes differ from these constants.

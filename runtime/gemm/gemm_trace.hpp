@@ -6,20 +6,14 @@
 
 #include <cuda.h>
 
-#include <array>
 #include <vector>
 
 #include "runtime/gemm/pooler_gemm.hpp"
+#include "runtime/jit/trace_records.hpp"
 
 namespace pooler {
 
-struct GemmTraceRecord {
-  int launch = 0;                                           // since the counters were reset
-  int cta = 0;                                              // blockIdx.x
-  int sm = 0;                                               // %smid
-  std::array<unsigned long long, kGemmTraceMarks> ns{};     // %globaltimer per mark; 0 where not passed
-  std::array<unsigned long long, kGemmTraceMarks> clock{};  // %clock64 per mark (its SM's); 0 where not passed
-};
+using GemmTraceRecord = TraceRecord<kGemmTraceMarks>;
 
 // Zeroes the launch counters and the records, in stream order: the next
 // launches of the form record as launches 0, 1, ...

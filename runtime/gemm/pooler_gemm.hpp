@@ -59,7 +59,7 @@ Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, cons
 
 // What a trace form records, in its module's __device__ variables:
 // launches[cta] counts the launches CTA cta has started since the host zeroed
-// it, and records[launch][cta][kGemmTraceWords] holds, for the first
+// it, and records[launch][cta][trace_record_words(kGemmTraceMarks)] holds, for the first
 // kGemmTraceLaunches launches, %globaltimer (ns) when thread 0 of the CTA
 // passed each mark, then (SM << 32) | cta, then %clock64 at each mark (its
 // SM's cycles: finer than %globaltimer, which ticks every 256 ns on the H100,
@@ -77,7 +77,6 @@ struct GemmTrace {
 // checks the variables' sizes against them.
 inline constexpr int kGemmTraceMarks = 7;
 inline constexpr int kGemmTraceLaunches = 16;
-inline constexpr int kGemmTraceWords = 2 * kGemmTraceMarks + 1;  // a CTA's record
 
 inline constexpr const char* kPoolerGemmEntry = "pooler_gemm";
 inline constexpr const char* kPoolerGemmPublishEntry = "pooler_gemm_publish";

@@ -68,9 +68,9 @@ double median_cycles(const std::vector<const GemmTraceRecord*>& ctas, const Gemm
 }
 
 // A record's clock marks in cycles after its start (-1 where not passed), each after a space.
-void print_cycles(FILE* file, const std::array<unsigned long long, kGemmTraceMarks>& clock) {
-  for (int m = 0; m < kGemmTraceMarks; ++m) {
-    const unsigned long long c = clock[static_cast<std::size_t>(m)];
+template <std::size_t kMarks>
+void print_cycles(FILE* file, const std::array<unsigned long long, kMarks>& clock) {
+  for (const unsigned long long c : clock) {
     std::fprintf(file, " %lld", c == 0 ? -1LL : static_cast<long long>(c - clock[0]));
   }
 }
@@ -260,23 +260,15 @@ void write_chain_trace(const std::string& path, const std::vector<GemmTraceRecor
                "first start at:");
   for (const char* name : kConsumerMarkNames) std::fprintf(file.get(), " [%s]", name);
   std::fprintf(file.get(), ", then cycles after its start at each (-1: not passed)\n");
-  for (const GemmTraceRecord& r : gemm) {
-    std::fprintf(file.get(), "gemm %d %d %d", r.launch, r.cta, r.sm);
-    for (int m = 0; m < kGemmTraceMarks; ++m) std::fprintf(file.get(), " %.3f", us(r.ns[static_cast<std::size_t>(m)]));
+  // One line per record, either kernel's: the same layout (trace_records.hpp).
+  auto print = [&](const char* kind, const auto& r) {
+    std::fprintf(file.get(), "%s %d %d %d", kind, r.launch, r.cta, r.sm);
+    for (const unsigned long long ns : r.ns) std::fprintf(file.get(), " %.3f", us(ns));
     print_cycles(file.get(), r.clock);
     std::fprintf(file.get(), "\n");
-  }
-  for (const ConsumerTraceRecord& r : consumer) {
-    std::fprintf(file.get(), "consumer %d %d %d", r.launch, r.cta, r.sm);
-    for (int m = 0; m < kConsumerTraceMarks; ++m) {
-      std::fprintf(file.get(), " %.3f", us(r.ns[static_cast<std::size_t>(m)]));
-    }
-    for (int m = 0; m < kConsumerTraceMarks; ++m) {
-      const unsigned long long c = r.clock[static_cast<std::size_t>(m)];
-      std::fprintf(file.get(), " %lld", c == 0 ? -1LL : static_cast<long long>(c - r.clock[0]));
-    }
-    std::fprintf(file.get(), "\n");
-  }
+  };
+  for (const GemmTraceRecord& r : gemm) print("gemm", r);
+  for (const ConsumerTraceRecord& r : consumer) print("consumer", r);
   if (std::ferror(file.get())) throw Error(fmt::format("writing the chain trace {} failed", path));
 }
 
