@@ -78,6 +78,28 @@ TEST(TraceSummary, ChainPrintsTheGemmsStepsInCyclesOfItsMedianCta) {
   EXPECT_NEAR(value_after(text, "consumer CTA 0 read"), 4.2, 1e-9) << text;
 }
 
+TEST(TraceSummary, ConsumerLastCtaIsEveryCtasLatest) {
+  // A second consumer CTA per launch that reads 300 ns and stores 500 ns after CTA 0, and finishes
+  // 100 ns before it: the last CTA's read and store are its, the last finish CTA 0's.
+  std::vector<ConsumerTraceRecord> consumer = consumer_records();
+  const std::size_t launches = consumer.size();
+  for (std::size_t l = 0; l < launches; ++l) {
+    ConsumerTraceRecord r = consumer[l];
+    r.cta = 1;
+    r.ns[static_cast<std::size_t>(ConsumerMark::read)] += 300;
+    r.ns[static_cast<std::size_t>(ConsumerMark::stored)] += 500;
+    r.ns[static_cast<std::size_t>(ConsumerMark::finished)] -= 100;
+    consumer.push_back(r);
+  }
+  const std::string text = bench::summarize_chain_trace(gemm_records(), consumer, kLaunches);
+  const double read0 = value_after(text, "consumer CTA 0 read");
+  EXPECT_NEAR(value_after(text, "consumer last CTA read"), read0 + 0.3, 1e-9) << text;
+  EXPECT_NEAR(value_after(text, "consumer last CTA stored"), value_after(text, "consumer CTA 0 stored") + 0.5, 1e-9)
+      << text;
+  EXPECT_NEAR(value_after(text, "consumer last CTA finished"), value_after(text, "consumer CTA 0 finished"), 1e-9)
+      << text;
+}
+
 TEST(TraceSummary, ConsumerMarksNotPassedAreLeftOut) {
   // A polling consumer passes its end's PDL wait; a waiting one (and BF16's quantize) leaves the mark 0.
   const std::string polling = bench::summarize_chain_trace(gemm_records(), consumer_records(), kLaunches);

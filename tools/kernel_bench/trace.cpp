@@ -206,9 +206,11 @@ std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
       put(fmt::format("GEMM cycles {}", step.name), median_cycles(gemm_of[static_cast<std::size_t>(i)], step));
     }
     const ConsumerTraceRecord* cta0 = nullptr;
-    std::vector<double> finished;
+    std::vector<double> read, stored, finished;  // every CTA's: the grid ends with its last
     for (const ConsumerTraceRecord* r : consumer_of[static_cast<std::size_t>(i)]) {
       if (r->cta == 0) cta0 = r;
+      read.push_back(at(r->ns[static_cast<std::size_t>(ConsumerMark::read)]));
+      stored.push_back(at(r->ns[static_cast<std::size_t>(ConsumerMark::stored)]));
       finished.push_back(at(r->ns[static_cast<std::size_t>(ConsumerMark::finished)]));
     }
     if (cta0 == nullptr) throw Error(fmt::format("chain trace: consumer launch {} has no record of CTA 0", i));
@@ -216,6 +218,8 @@ std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
       if (cta0->ns[static_cast<std::size_t>(m)] == 0) continue;  // not passed (BF16's quantized, end waited)
       put(fmt::format("consumer CTA 0 {}", kConsumerMarkNames[m]), at(cta0->ns[static_cast<std::size_t>(m)]));
     }
+    put("consumer last CTA read", last(read));
+    put("consumer last CTA stored", last(stored));
     put("consumer last CTA finished", last(finished));
     put("next GEMM's CTAs start (median)", median(next_start));
     put("next GEMM's wait returns", at(waited(i + 1)));

@@ -37,7 +37,7 @@ void write_trace(const std::string& path, const std::vector<GemmTraceRecord>& re
 // for the steady layers (all but the first and the last), the medians over them of when,
 // in us after the layer's GEMM's PDL wait (its first CTA), the GEMM staged x, finished
 // its MMAs and published (median and last CTA), the consumer's CTA 0 passed each step,
-// its last CTA finished, and the next GEMM's CTAs started and its wait returned; then the
+// its CTAs' last read, store and finish, and the next GEMM's CTAs started and its wait returned; then the
 // GEMM's cycles per step after its wait (median CTA) and the consumer's CTA 0's cycles per step.
 // Lines ending in a newline. Needs at least 4 launches.
 std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
