@@ -4,17 +4,25 @@
 // registers and stored at once, into a [launch][CTA] array of records of 2 kMarks + 1 words: the
 // timer words, then (SM << 32) | CTA, then the clock words; a mark not passed is 0. Storing each mark
 // as it passed would make the first one wait for the launch counter's atomic, a round trip that
-// delayed the traced kernel's steps after it (runtime/jit/trace_records.hpp reads the layout).
+// delayed the traced kernel's steps after it. The layout's word indices are shared with the host,
+// which reads the records (runtime/jit/trace_records.hpp includes this header).
 #pragma once
 
 #include "ptx.cuh"
 
+namespace pooler {
+
+// A record of `marks` marks: word m the timer of mark m, then the SM and CTA word, then word
+// trace_clock_word(marks, m) the clock of mark m.
+constexpr POOLER_HD int trace_record_words(int marks) { return 2 * marks + 1; }
+constexpr POOLER_HD int trace_sm_word(int marks) { return marks; }
+constexpr POOLER_HD int trace_clock_word(int marks, int m) { return marks + 1 + m; }
+
+}  // namespace pooler
+
 #if defined(__CUDACC__)
 
 namespace pooler {
-
-// Words of a record of `marks` marks (the host's trace_record_words).
-constexpr int trace_record_words(int marks) { return 2 * marks + 1; }
 
 template <int kMarks>
 struct TraceMarks {
@@ -53,13 +61,13 @@ struct TraceMarks {
     unsigned long long* record =
         records + (static_cast<unsigned long long>(launch) * ctas + blockIdx.x) * trace_record_words(kMarks);
     record[0] = start_timer;
-    record[kMarks] = (static_cast<unsigned long long>(sm_id()) << 32) | blockIdx.x;
-    record[kMarks + 1] = start_clock;
+    record[trace_sm_word(kMarks)] = (static_cast<unsigned long long>(sm_id()) << 32) | blockIdx.x;
+    record[trace_clock_word(kMarks, 0)] = start_clock;
 #pragma unroll
     for (int m = 1; m < kMarks; ++m) {
       const bool was = (passed >> m) & 1u;
       record[m] = was ? start_timer + timer_delta[m] : 0ull;
-      record[kMarks + 1 + m] = was ? start_clock + clock_delta[m] : 0ull;
+      record[trace_clock_word(kMarks, m)] = was ? start_clock + clock_delta[m] : 0ull;
     }
   }
 };

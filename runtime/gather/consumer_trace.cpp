@@ -10,12 +10,6 @@
 #include "runtime/jit/trace_records.hpp"
 
 namespace pooler {
-namespace {
-
-constexpr std::size_t kWords = trace_record_words(kConsumerTraceMarks);
-
-}  // namespace
-
 ConsumerTrace consumer_trace(const LoadedForm& form, int capacity) {
   if (capacity < 1) throw InvalidArgument(fmt::format("consumer trace: capacity = {}; expected >= 1", capacity));
   if (!form.form().ends_with("_trace")) {
@@ -26,7 +20,7 @@ ConsumerTrace consumer_trace(const LoadedForm& form, int capacity) {
   t.launches = form.global("pooler_consumer_trace_launches");
   t.records = form.global("pooler_consumer_trace");
   const std::size_t ctas = static_cast<std::size_t>(capacity) * kMaxConsumerRowCtas;
-  const std::size_t records = static_cast<std::size_t>(kConsumerTraceLaunches) * ctas * kWords * 8;
+  const std::size_t records = trace_records_bytes(kConsumerTraceMarks, kConsumerTraceLaunches, ctas);
   if (t.launches.bytes != ctas * 4 || t.records.bytes != records) {
     throw InvalidArgument(fmt::format(
         "consumer trace: the form {} has trace variables of {} and {} bytes; expected {} and {} ({} CTAs, {} "

@@ -61,8 +61,7 @@ GemmTrace PoolerGemm::trace() const {
   t.launches = loaded_.global("pooler_gemm_trace_launches");
   t.records = loaded_.global("pooler_gemm_trace");
   const std::size_t ctas = static_cast<std::size_t>(t.ctas);
-  const std::size_t records =
-      static_cast<std::size_t>(kGemmTraceLaunches) * ctas * trace_record_words(kGemmTraceMarks) * 8;
+  const std::size_t records = trace_records_bytes(kGemmTraceMarks, kGemmTraceLaunches, ctas);
   if (t.launches.bytes != ctas * 4 || t.records.bytes != records) {
     throw InvalidArgument(
         fmt::format("pooler GEMM trace: the form's trace variables have {} and {} bytes; expected {} "

@@ -2,9 +2,9 @@
 // The per-CTA records of a trace form (a diagnostic build of a kernel that records, in device
 // globals, when thread 0 of each CTA passed each mark): a launch counter per CTA and a
 // [launch][CTA][word] array of 64-bit words, a CTA's record empty while its first word is 0.
-// Every trace form records kMarks marks the same way (kernel_templates/common/trace_marks.cuh):
-// kMarks %globaltimer words, (SM << 32) | CTA, then kMarks %clock64 words; each kernel's reader, in
-// the layers above, names the marks.
+// Every trace form records kMarks marks the same way (kernel_templates/common/trace_marks.cuh, whose
+// word indices this reads): kMarks %globaltimer words, (SM << 32) | CTA, then kMarks %clock64 words;
+// each kernel's reader, in the layers above, names the marks.
 #pragma once
 
 #include <cuda.h>
@@ -14,6 +14,7 @@
 #include <functional>
 #include <vector>
 
+#include "kernel_templates/common/trace_marks.cuh"
 #include "runtime/jit/kernel.hpp"
 
 namespace pooler {
@@ -29,8 +30,10 @@ void visit_trace_records(const LoadedForm::Global& records, int launches, int ma
                          std::size_t words, const char* what,
                          const std::function<void(int launch, const unsigned long long* record)>& visit);
 
-// Words of one CTA's record of a trace form with `marks` marks.
-constexpr std::size_t trace_record_words(int marks) { return 2 * static_cast<std::size_t>(marks) + 1; }
+// Bytes of a trace form's records: `launches` launches of `ctas` CTAs.
+constexpr std::size_t trace_records_bytes(int marks, int launches, std::size_t ctas) {
+  return static_cast<std::size_t>(launches) * ctas * static_cast<std::size_t>(trace_record_words(marks)) * 8;
+}
 
 // One CTA's record of one launch.
 template <int kMarks>
@@ -47,15 +50,15 @@ template <int kMarks>
 std::vector<TraceRecord<kMarks>> read_trace_records(const LoadedForm::Global& records, int launches, int max_launches,
                                                     std::size_t ctas, const char* what) {
   std::vector<TraceRecord<kMarks>> out;
-  visit_trace_records(records, launches, max_launches, ctas, trace_record_words(kMarks), what,
+  visit_trace_records(records, launches, max_launches, ctas, static_cast<std::size_t>(trace_record_words(kMarks)), what,
                       [&](int launch, const unsigned long long* w) {
                         TraceRecord<kMarks> r;
                         r.launch = launch;
-                        r.cta = static_cast<int>(w[kMarks] & 0xFFFFFFFFull);
-                        r.sm = static_cast<int>(w[kMarks] >> 32);
+                        r.cta = static_cast<int>(w[trace_sm_word(kMarks)] & 0xFFFFFFFFull);
+                        r.sm = static_cast<int>(w[trace_sm_word(kMarks)] >> 32);
                         for (int m = 0; m < kMarks; ++m) {
                           r.ns[static_cast<std::size_t>(m)] = w[m];
-                          r.clock[static_cast<std::size_t>(m)] = w[kMarks + 1 + m];
+                          r.clock[static_cast<std::size_t>(m)] = w[trace_clock_word(kMarks, m)];
                         }
                         out.push_back(r);
                       });
