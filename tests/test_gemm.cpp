@@ -889,9 +889,26 @@ TEST(GemmForm, ConstantsDescribeTheShape) {
   const int async_bytes = pooler_gemm_shared_bytes(2, 512, kHidden, async);
   async.async_reduce = false;
   EXPECT_EQ(async_bytes, (pooler_gemm_shared_bytes(2, 512, kHidden, async) + 15) / 16 * 16 + 16);
-  // w on chip: its constant, and its share of w (32 rows of 1024 K values, each
-  // padded by 64 bytes) and the mbarriers beyond the streaming form's memory, less x's slice (8 rows
-  // of 1024 K values, padded likewise): 8 steps of x per lane go into registers instead.
+  // x in registers where all of w is in registers (N = 512) up to 8 rows, or on chip: no x in shared
+  // memory; staged at 9 rows and where w streams (N = 2048).
+  EXPECT_NE(constants.find("X_IN_REGISTERS=0"), std::string::npos) << constants;
+  for (const int rows : {1, 8, 9}) {
+    const PoolerGemmShape register_w = choose_streaming_gemm_shape(512, kHidden, rows);
+    ASSERT_TRUE(gemm_prologue_holds_all_of_w(rows, kHidden, register_w));
+    const std::string register_constants = pooler_gemm_form(rows, 512, kHidden, register_w).describe_constants();
+    const bool in_registers = rows <= 8;
+    EXPECT_NE(register_constants.find(in_registers ? "X_IN_REGISTERS=1" : "X_IN_REGISTERS=0"), std::string::npos)
+        << rows << " rows: " << register_constants;
+    PoolerGemmShape cluster_barrier = register_w;
+    cluster_barrier.async_reduce = false;  // its mbarrier is not part of the reduction buffer
+    const int partials = register_w.split_k * register_w.warps_k;
+    const int owned = register_w.outputs_per_block / register_w.split_k;  // 4 columns, no padding
+    const int reduce_bytes = partials * rows * owned * 4;
+    const int x_bytes = in_registers ? 0 : rows * (2 * kHidden / register_w.split_k + 64);
+    EXPECT_EQ(pooler_gemm_shared_bytes(rows, 512, kHidden, cluster_barrier), x_bytes + reduce_bytes) << rows << " rows";
+  }
+  // w on chip: its constant, and its share of w (32 rows of 1024 K values, each padded by 64 bytes)
+  // and the mbarriers beyond the streaming form's memory (neither holds x at 8 rows).
   const PoolerGemmShape on_chip = *on_chip_gemm_shape(512, kHidden, 8);
   ASSERT_TRUE(on_chip.w_on_chip);
   EXPECT_NE(pooler_gemm_form(8, 512, kHidden, on_chip).describe_constants().find("W_ON_CHIP=1"), std::string::npos);
@@ -900,8 +917,8 @@ TEST(GemmForm, ConstantsDescribeTheShape) {
   streaming.async_reduce = false;  // its mbarrier is among the 16 bytes counted below
   const int streaming_bytes = pooler_gemm_shared_bytes(8, 512, kHidden, streaming);
   const int on_chip_bytes = pooler_gemm_shared_bytes(8, 512, kHidden, on_chip);
-  EXPECT_GE(on_chip_bytes, streaming_bytes + (32 - 8) * (2048 + 64) + 16);
-  EXPECT_LT(on_chip_bytes, streaming_bytes + (32 - 8) * (2048 + 64) + 16 + 128 + 16);
+  EXPECT_GE(on_chip_bytes, streaming_bytes + 32 * (2048 + 64) + 16);
+  EXPECT_LT(on_chip_bytes, streaming_bytes + 32 * (2048 + 64) + 16 + 128 + 16);
 }
 
 TEST(GemmForm, TraceFormsAreSeparateAndCompileWithoutLocalMemory) {

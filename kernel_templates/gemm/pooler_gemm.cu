@@ -37,9 +37,9 @@ constexpr int kOwned = kColumnsPerCta / kOwners;  // columns each finishing clus
 // why: docs/design/gemm.md, "Split-K over a cluster".
 constexpr int kOwnedPitch = kOwned % 8 == 0 ? kOwned + 4 : kOwned;
 constexpr int kXPitch = (2 * kSliceK) % 128 == 0 ? 2 * kSliceK + 64 : 2 * kSliceK;
-// X_IN_REGISTERS (the host's choice: W_ON_CHIP with at most 16 fragments of x per lane): x's
-// fragments go from global memory (L2) straight into registers after the PDL wait, and x takes no
-// shared memory. why: docs/design/gemm.md, "The whole share of w on chip".
+// X_IN_REGISTERS (the host's choice: all of w on chip, or in registers up to 8 rows, with at most 16
+// fragments of x per lane): x's fragments go from global memory (L2) straight into registers after
+// the PDL wait, and x takes no shared memory. why: docs/design/gemm.md, "x".
 constexpr bool kXInRegisters = X_IN_REGISTERS == 1;
 constexpr int kXBytes = kXInRegisters ? 0 : ROWS * kXPitch;
 constexpr int kReduceOffset = (kXBytes + 15) / 16 * 16;
@@ -86,8 +86,9 @@ static_assert(PUBLISH == 0 || PUBLISH == 1, "PUBLISH must be 0 or 1");
 static_assert(ASYNC_REDUCE == 0 || (ASYNC_REDUCE == 1 && SPLIT_K > 1), "ASYNC_REDUCE is 0, or 1 with a cluster");
 static_assert(TRACE == 0 || TRACE == 1, "TRACE must be 0 or 1");
 static_assert(W_ON_CHIP == 0 || (W_ON_CHIP == 1 && STAGES == 0), "W_ON_CHIP is 0, or 1 without a ring");
-static_assert(X_IN_REGISTERS == 0 || (X_IN_REGISTERS == 1 && W_ON_CHIP && kSteps * kBatchTiles <= 16),
-              "X_IN_REGISTERS is 0, or 1 with w on chip and at most 16 fragments of x per lane");
+static_assert(X_IN_REGISTERS == 0 || (X_IN_REGISTERS == 1 && (W_ON_CHIP || (STAGES == 0 && kIterations == 1)) &&
+                                      kSteps * kBatchTiles <= 16),
+              "X_IN_REGISTERS is 0, or 1 with all of w on chip or in registers and at most 16 fragments of x per lane");
 static_assert(kWRowBytes % 16 == 0 && kWPitch % 16 == 0, "bulk copies of w rows need 16-byte sizes and addresses");
 static_assert(kWPitch % 128 == 64 || !W_ON_CHIP, "the on-chip w pitch must be 64 (mod 128) bytes");
 static_assert(!PUBLISH || (TP >= 1 && TP <= pooler::kMailboxMaxPeers), "TP must lie in [1, kMailboxMaxPeers]");
@@ -396,7 +397,12 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 #pragma unroll
     for (int u = 0; u < K_UNROLL; ++u) {
       U32x4 xf[kBatchTiles];
-      load_x_fragments(xf, x_step + 64 * u, g);
+      if constexpr (kXInRegisters) {
+#pragma unroll
+        for (int b = 0; b < kBatchTiles; ++b) xf[b] = xr[u][b];  // kIterations == 1: step u
+      } else {
+        load_x_fragments(xf, x_step + 64 * u, g);
+      }
 #pragma unroll
       for (int t = 0; t < TILES; ++t) mma_tile(acc[t], wbuf[u][t][0], wbuf[u][t][1], xf);
       // Refill this step's registers with the step K_UNROLL ahead.

@@ -27,6 +27,10 @@ int owner_count(const PoolerGemmShape& s, bool publish) {
   return owners;
 }
 
+// With all of w in registers, x goes to registers too up to this many rows: one batch tile of
+// fragments beside w's 16 per lane (at 9-16 rows ptxas would spill at two CTAs an SM).
+constexpr int kXInRegistersMaxRowsBesideW = 8;
+
 // The derived quantities of a validated shape, shared by the shared-memory
 // size and the launch shape.
 struct Derived {
@@ -34,9 +38,11 @@ struct Derived {
   int chunks;       // chunks of 32 * k_unroll K values each warp streams
   int stage_bytes;  // one stage of a warp's ring: 16 * tiles rows of 32 * k_unroll K values
   int w_pitch;      // w_on_chip: bytes from one w row of the CTA's share to the next
-  // w_on_chip with at most 16 fragments of x per lane (one per batch tile and K step): x goes from L2
-  // straight into registers and takes no shared memory, so that three CTAs of the two-per-SM shape
-  // share an SM up to 8 rows (the form's X_IN_REGISTERS; decision 0027).
+  // All of w on chip (or in registers up to 8 rows) with at most 16 fragments of x per lane (one per
+  // batch tile and K step): x goes from L2 straight into registers and takes no shared memory. On chip,
+  // three CTAs of the two-per-SM shape share an SM up to 8 rows (decision 0027); with w in registers the
+  // MMAs start as x's fragments land, without a copy to shared memory and its wait (decision 0033).
+  // The form's X_IN_REGISTERS.
   bool x_in_registers;
 };
 
@@ -53,7 +59,8 @@ Derived derive(int rows, int k, const PoolerGemmShape& s, bool publish) {
   d.stage_bytes = 16 * s.tiles() * chunk_bytes;
   // As the template's kWPitch: 64 (mod 128) bytes, conflict-free fragment loads.
   d.w_pitch = (2 * d.slice_k) % 128 == 0 ? 2 * d.slice_k + 64 : 2 * d.slice_k;
-  d.x_in_registers = s.w_on_chip && s.warps_k > 0 && (d.slice_k / s.warps_k / 32) * d.batch_tiles <= 16;
+  const bool beside_all_of_w = s.w_on_chip || (s.stages == 0 && d.chunks == 1 && rows <= kXInRegistersMaxRowsBesideW);
+  d.x_in_registers = beside_all_of_w && s.warps_k > 0 && (d.slice_k / s.warps_k / 32) * d.batch_tiles <= 16;
   return d;
 }
 
