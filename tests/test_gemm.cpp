@@ -924,7 +924,8 @@ TEST(GemmForm, ConstantsDescribeTheShape) {
 TEST(GemmForm, TraceFormsAreSeparateAndCompileWithoutLocalMemory) {
   // The diagnostic forms (pooler-kernel-bench --trace): their own name and
   // constant, so they never share a cache entry with the forms Pooler runs,
-  // and the same resource limits: a register path, a ring and a fused publish.
+  // and the same resource limits: a register path (x in registers, with and without the fused
+  // publish), a ring and a ring with the fused publish.
   testing::ScratchDir dir;
   KernelCache cache(CacheLocation{dir.path(), true}, TemplateLibrary::instance());
   const GemmPublish publish{2, kCapacity};
@@ -932,7 +933,8 @@ TEST(GemmForm, TraceFormsAreSeparateAndCompileWithoutLocalMemory) {
     int rows, n;
     const GemmPublish* publish;
   };
-  for (const Case& c : {Case{8, 512, nullptr}, Case{1, 2048, nullptr}, Case{8, 2048, &publish}}) {
+  for (const Case& c :
+       {Case{8, 512, nullptr}, Case{8, 512, &publish}, Case{1, 2048, nullptr}, Case{8, 2048, &publish}}) {
     const PoolerGemmShape shape = choose_gemm_shape(c.n, kHidden, c.rows);
     const Form plain = pooler_gemm_form(c.rows, c.n, kHidden, shape, c.publish);
     const Form traced = pooler_gemm_form(c.rows, c.n, kHidden, shape, c.publish, true);

@@ -21,7 +21,7 @@ constexpr int kCtas = 3;
 
 // Launch l's CTA c: marks 1 us apart in %globaltimer from the launch's start (10 us apart), the
 // clock marks 100 * (c + 1) cycles apart (so the median CTA, c = 1, has 200 per step); CTA 2 is a
-// publishing GEMM's CTA that finishes no columns (no kDone, neither ns nor clock).
+// publishing GEMM's CTA that finishes no columns (no kSummed and no kDone, neither ns nor clock).
 std::vector<GemmTraceRecord> gemm_records() {
   std::vector<GemmTraceRecord> out;
   for (int launch = 0; launch < kLaunches; ++launch) {
@@ -31,7 +31,7 @@ std::vector<GemmTraceRecord> gemm_records() {
       r.cta = cta;
       r.sm = cta;
       for (int m = 0; m < kGemmTraceMarks; ++m) {
-        if (cta == 2 && m == GemmTrace::kDone) continue;
+        if (cta == 2 && (m == GemmTrace::kSummed || m == GemmTrace::kDone)) continue;
         r.ns[static_cast<std::size_t>(m)] = 1'000'000ull + 10'000ull * launch + 1'000ull * m + 10ull * cta;
         r.clock[static_cast<std::size_t>(m)] = 5'000'000ull * (cta + 1) + 100ull * (cta + 1) * m;
       }
@@ -69,12 +69,16 @@ TEST(TraceSummary, ChainPrintsTheGemmsStepsInCyclesOfItsMedianCta) {
   EXPECT_DOUBLE_EQ(value_after(text, "GEMM cycles waited -> x staged"), 200.0) << text;
   EXPECT_DOUBLE_EQ(value_after(text, "GEMM cycles x staged -> first w used"), 200.0) << text;
   EXPECT_DOUBLE_EQ(value_after(text, "GEMM cycles first w used -> MMAs done"), 200.0) << text;
-  // CTA 2 never stored: the median of 100 and 200.
-  EXPECT_DOUBLE_EQ(value_after(text, "GEMM cycles MMAs done -> stored"), 150.0) << text;
+  // Three marks apart; CTA 2 never stored: the median of 300 and 600.
+  EXPECT_DOUBLE_EQ(value_after(text, "GEMM cycles MMAs done -> stored"), 450.0) << text;
+  // Its parts: every CTA's partials in, CTAs 0 and 1 alone summed and stored.
+  EXPECT_DOUBLE_EQ(value_after(text, "GEMM cycles MMAs done -> partials in"), 200.0) << text;
+  EXPECT_DOUBLE_EQ(value_after(text, "GEMM cycles partials in -> summed"), 150.0) << text;
+  EXPECT_DOUBLE_EQ(value_after(text, "GEMM cycles summed -> stored"), 150.0) << text;
   EXPECT_DOUBLE_EQ(value_after(text, "cycles summed -> normed"), 7.0) << text;
   // In us after the launch's first CTA passed its wait (CTA 0, 2 us after its start).
   EXPECT_NEAR(value_after(text, "GEMM x staged"), 1.01, 1e-9) << text;
-  EXPECT_NEAR(value_after(text, "GEMM published (last CTA)"), 4.01, 1e-9) << text;
+  EXPECT_NEAR(value_after(text, "GEMM published (last CTA)"), 6.01, 1e-9) << text;
   EXPECT_NEAR(value_after(text, "consumer CTA 0 read"), 4.2, 1e-9) << text;
 }
 
@@ -123,7 +127,8 @@ TEST(TraceSummary, ConsumerMarksNotPassedAreLeftOut) {
 TEST(TraceSummary, GemmChainPrintsItsStepsInCycles) {
   const std::string text = bench::summarize_trace(gemm_records(), kLaunches);
   EXPECT_NE(text.find("cycles (median CTA): waited -> x staged 200, x staged -> first w used 200, first w used -> "
-                      "MMAs done 200, MMAs done -> stored 150"),
+                      "MMAs done 200, MMAs done -> stored 450, MMAs done -> partials in 200, partials in -> "
+                      "summed 150, summed -> stored 150"),
             std::string::npos)
       << text;
   EXPECT_THROW((void)bench::summarize_trace(gemm_records(), 3), InvalidArgument);
@@ -138,16 +143,19 @@ TEST(TraceSummary, FilesCarryEveryCtasCyclesAfterItsStart) {
   for (std::string line; std::getline(in, line);) lines.push_back(line);
   ASSERT_EQ(lines.size(), 1u + kLaunches * kCtas);
   EXPECT_NE(lines[0].find("then cycles after its start"), std::string::npos) << lines[0];
-  // Launch 0, CTA 1: us from the first start, then cycles 0, 200, ... 1200.
-  EXPECT_EQ(lines[2], "0 1 1 0.010 1.010 2.010 3.010 4.010 5.010 6.010 0 200 400 600 800 1000 1200");
-  // CTA 2 never stored: -1 in both.
-  EXPECT_EQ(lines[3], "0 2 2 0.020 1.020 2.020 3.020 4.020 5.020 -1.000 0 300 600 900 1200 1500 -1");
+  // Launch 0, CTA 1: us from the first start, then cycles 0, 200, ... 1600.
+  EXPECT_EQ(lines[2],
+            "0 1 1 0.010 1.010 2.010 3.010 4.010 5.010 6.010 7.010 8.010 0 200 400 600 800 1000 1200 1400 1600");
+  // CTA 2 never summed nor stored: -1 in both.
+  EXPECT_EQ(lines[3],
+            "0 2 2 0.020 1.020 2.020 3.020 4.020 5.020 6.020 -1.000 -1.000 0 300 600 900 1200 1500 1800 -1 -1");
 
   const std::string chain = dir.path() + "/chain.txt";
   bench::write_chain_trace(chain, gemm_records(), consumer_records());
   std::ifstream chain_in(chain);
   const std::string all((std::istreambuf_iterator<char>(chain_in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(all.find("\ngemm 0 1 1 0.010 1.010 2.010 3.010 4.010 5.010 6.010 0 200 400 600 800 1000 1200\n"),
+  EXPECT_NE(all.find("\ngemm 0 1 1 0.010 1.010 2.010 3.010 4.010 5.010 6.010 7.010 8.010 0 200 400 600 800 1000 1200 "
+                     "1400 1600\n"),
             std::string::npos)
       << all;
   EXPECT_NE(all.find("\nconsumer 0 0 0 6.000 6.100"), std::string::npos) << all;

@@ -10,7 +10,7 @@
 
 // Unmangled: the host looks them up by name.
 namespace gemm_trace {
-constexpr int kMarks = 7;  // start, w issued, waited, x staged, first w used, loop done, done
+constexpr int kMarks = 9;  // start, w issued, waited, x staged, first w used, loop done, partials in, summed, done
 constexpr int kLaunches = 16;
 constexpr int kCtas = N / (16 * TILES * WARPS_N) * SPLIT_K;  // the grid
 constexpr int kWords = pooler::trace_record_words(kMarks);   // a CTA's record
@@ -31,13 +31,15 @@ struct Trace {
       if (thread_x == 0) marks.start(&pooler_gemm_trace_launches[blockIdx.x]);
     }
   }
-  // `point` is a constant at every call. The last mark (kMarks - 1) stores the record.
-  __device__ __forceinline__ void mark(int point) {
+  // `point` is a constant at every call, after the step whose result `after` is (any bits of it). The
+  // last mark (kMarks - 1) stores the record.
+  __device__ __forceinline__ void mark(int point, unsigned after = 0u) {
     if constexpr (TRACE) {
-      marks.mark(point);
+      marks.mark(point, after);
       if (point == kMarks - 1) store();
     } else {
       (void)point;
+      (void)after;
     }
   }
   // The record as far as it goes: a CTA that leaves before the last mark calls it itself.

@@ -480,17 +480,19 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   } else {
     __syncthreads();
   }
+  trace.mark(6);  // partials in (a CTA that sums none: sent)
 
-  // The partials in a fixed order.
+  // The partials in a fixed order; thread 0's first sum is mark 7.
   const int first_column = block * kColumnsPerCta + split * kOwned;
   if constexpr (!kPublish) {
     for (int o = static_cast<int>(thread_x); o < ROWS * kOwned; o += kThreads) {
       const int r = o / kOwned;
       const int owned = o % kOwned;
       const float sum = sum_partials(reduce + r * kOwnedPitch + owned, ROWS * kOwnedPitch);
+      if (o == static_cast<int>(thread_x)) trace.mark(7, __float_as_uint(sum));
       c[static_cast<unsigned long long>(r) * N + first_column + owned] = pooler::bf16_from_float_hw(sum);
     }
-    trace.mark(6);
+    trace.mark(8);
   } else {
     if (split >= kOwners) {  // this rank finishes no columns (uniform over the CTA)
       trace.store();
@@ -511,6 +513,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
       if (active) {
         value = pooler::bf16_from_float_hw(sum_partials(reduce + r * kOwnedPitch + owned, ROWS * kOwnedPitch));
       }
+      if (round == 0) trace.mark(7, value);
       // Word k: columns 2k (low half) and 2k + 1 (high half), the order of memory.
       const u32 pair = value | (__shfl_down_sync(kAllLanes, value, 1) << 16);
       const u32 pair1 = __shfl_down_sync(kAllLanes, pair, 2);
@@ -532,7 +535,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
         }
       }
     }
-    trace.mark(6);
+    trace.mark(8);
   }
 }
 

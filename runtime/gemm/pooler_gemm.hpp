@@ -53,7 +53,7 @@ LaunchShape pooler_gemm_launch_shape(int rows, int n, int k, const PoolerGemmSha
 // "_pub_tp{tp}_cap{capacity}". Validates first. Forms without `publish` compile
 // the GEMM exactly as before the fused publish existed. With `trace` (a
 // diagnostic: pooler-kernel-bench --trace) the name ends in "_trace" and the
-// kernel also records per CTA when it passes seven points (GemmTrace).
+// kernel also records per CTA when it passes nine points (GemmTrace).
 Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish = nullptr,
                       bool trace = false);
 
@@ -64,18 +64,18 @@ Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, cons
 // passed each mark, then (SM << 32) | cta, then %clock64 at each mark (its
 // SM's cycles: finer than %globaltimer, which ticks every 256 ns on the H100,
 // but comparable within a CTA only). A mark a CTA did not pass is 0 (a
-// fused-publish CTA that finishes no columns never reaches kDone).
+// fused-publish CTA that finishes no columns never reaches kSummed and kDone).
 struct GemmTrace {
-  enum Mark { kStart, kIssued, kWaited, kXStaged, kFirstData, kLoopDone, kDone };
-  static constexpr const char* kMarkNames[] = {"start",      "issued",    "waited", "x staged",
-                                               "first data", "loop done", "done"};
+  enum Mark { kStart, kIssued, kWaited, kXStaged, kFirstData, kLoopDone, kPartialsIn, kSummed, kDone };
+  static constexpr const char* kMarkNames[] = {"start",     "issued",      "waited", "x staged", "first data",
+                                               "loop done", "partials in", "summed", "done"};
   LoadedForm::Global launches;  // unsigned per CTA
   LoadedForm::Global records;   // unsigned long long
   int ctas = 0;                 // the grid's CTAs
 };
 // As the template's gemm_trace::kMarks and kLaunches; PoolerGemm::trace()
 // checks the variables' sizes against them.
-inline constexpr int kGemmTraceMarks = 7;
+inline constexpr int kGemmTraceMarks = 9;
 inline constexpr int kGemmTraceLaunches = 16;
 
 inline constexpr const char* kPoolerGemmEntry = "pooler_gemm";

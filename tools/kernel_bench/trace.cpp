@@ -54,6 +54,10 @@ constexpr GemmStep kGemmSteps[] = {
     {GemmTrace::kXStaged, GemmTrace::kFirstData, "x staged -> first w used"},
     {GemmTrace::kFirstData, GemmTrace::kLoopDone, "first w used -> MMAs done"},
     {GemmTrace::kLoopDone, GemmTrace::kDone, "MMAs done -> stored"},
+    // That last step's parts: the cluster's partials (the slowest CTA's), the sums, the stores.
+    {GemmTrace::kLoopDone, GemmTrace::kPartialsIn, "MMAs done -> partials in"},
+    {GemmTrace::kPartialsIn, GemmTrace::kSummed, "partials in -> summed"},
+    {GemmTrace::kSummed, GemmTrace::kDone, "summed -> stored"},
 };
 
 // The median over a launch's CTAs that passed both marks of a step's cycles; -1 where none did.
