@@ -28,7 +28,8 @@ int owner_count(const PoolerGemmShape& s, bool publish) {
 }
 
 // With all of w in registers, x goes to registers too up to this many rows: one batch tile of
-// fragments beside w's 16 per lane (at 9-16 rows ptxas would spill at two CTAs an SM).
+// fragments beside w's 16 per lane (112-114 registers at N = 512). At 9-16 rows x's 16 fragments and
+// w's 16 would take all of the 128 registers a thread has at two CTAs an SM.
 constexpr int kXInRegistersMaxRowsBesideW = 8;
 
 // The derived quantities of a validated shape, shared by the shared-memory
