@@ -22,17 +22,20 @@ another build's bench for one variant, for a change of the host code (a rule, a 
 build the earlier commit elsewhere and compare `--bench-of old:DIR/build/tools/pooler-kernel-bench
 old=embedded now=embedded`. The
 default metric: fused_us (chain), marginal_fused_us (engine). Every run's JSON and log stay in --out.
-Exits 1 when a run fails (its log's tail is printed) or a row's check is not "ok".
+After each round but the last the table so far is printed too, so that a run cut short keeps its
+figures. Exits 1 when a run fails (its log's tail is printed) or a row's check is not "ok".
 """
 
 import argparse
 import dataclasses
+import io
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+from contextlib import redirect_stdout
 from pathlib import Path
 
 
@@ -106,6 +109,11 @@ def run(args, bench_args):
             if status != 0:
                 failed = True
                 print("".join(open(f"{stem}.log").readlines()[-8:]), end="")
+        if r < args.rounds:
+            # The table so far: a run cut short (a device's time limit) still leaves its figures.
+            print(f"compare_kernels: after round {r} of {args.rounds}:", flush=True)
+            summarize(out, args.metric, [v.name for v in variants])
+            sys.stdout.flush()
     print(f"compare_kernels: runs in {out}")
     return summarize(out, args.metric, [v.name for v in variants]) or failed
 
@@ -156,8 +164,6 @@ def self_test():
         for r, (a, b) in enumerate([(5.0, 4.0), (5.2, 4.1), (5.1, 4.3)], 1):
             write("old", r, a)
             write("new", r, b)
-        import io
-        from contextlib import redirect_stdout
         text = io.StringIO()
         with redirect_stdout(text):
             bad = summarize(folder, None, ["old", "new"])
@@ -167,6 +173,25 @@ def self_test():
         write("new", 4, 4.0, check="FAILED: mismatch")
         with redirect_stdout(io.StringIO()):
             assert summarize(folder, None, ["old", "new"])
+    # A whole run with a made-up bench: the table after each round but the last, then the final one.
+    with tempfile.TemporaryDirectory() as folder:
+        bench = Path(folder) / "bench"
+        bench.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                         "out = sys.argv[sys.argv.index('--json') + 1]\n"
+                         "rows = [{'tp': 8, 'b': 1, 'trigger': 'early', 'check': 'ok',\n"
+                         "         'marginal_fused_us': float(os.environ.get('FAKE_US', '3'))}]\n"
+                         "json.dump({'rows': rows}, open(out, 'w'))\n")
+        bench.chmod(0o755)
+        args = argparse.Namespace(variants=["a=embedded", "b=embedded"], env=["b:FAKE_US=4"], bench_of=[],
+                                  out=str(Path(folder) / "runs"), rounds=2, bench=str(bench), metric=None)
+        text = io.StringIO()
+        with redirect_stdout(text):
+            assert not run(args, ["--engine"])
+        lines = text.getvalue().splitlines()
+        after = lines.index("compare_kernels: after round 1 of 2:")
+        assert lines[after + 2].split()[4:] == ["3.00", "[3.00-3.00]", "4.00", "[4.00-4.00]", "+1.00"], lines
+        assert lines[-1].split()[4:] == ["3.00", "[3.00-3.00]", "4.00", "[4.00-4.00]", "+1.00"], lines
+        assert sum(line.startswith("compare_kernels: after round") for line in lines) == 1, lines
     variants = parse_variants(["rule=embedded", "split4=embedded"], ["split4:POOLER_CONSUMER_ROW_CTAS=4"])
     assert variants == [Variant("rule", "embedded"), Variant("split4", "embedded", {"POOLER_CONSUMER_ROW_CTAS": "4"})]
     for bad_env in ("other:X=1", "split4:X", "split4"):
