@@ -10,7 +10,10 @@
 
 // Unmangled: the host looks them up by name.
 namespace gemm_trace {
-constexpr int kMarks = 9;  // start, w issued, waited, x staged, first w used, loop done, partials in, summed, done
+// In the order of the kernel's steps; the host's GemmTrace::Mark (runtime/gemm/pooler_gemm.hpp) names
+// them alike.
+enum Mark { kStart, kIssued, kWaited, kXStaged, kFirstData, kLoopDone, kPartialsIn, kSummed, kDone };
+constexpr int kMarks = kDone + 1;
 constexpr int kLaunches = 16;
 constexpr int kCtas = N / (16 * TILES * WARPS_N) * SPLIT_K;  // the grid
 constexpr int kWords = pooler::trace_record_words(kMarks);   // a CTA's record
@@ -32,11 +35,11 @@ struct Trace {
     }
   }
   // `point` is a constant at every call, after the step whose result `after` is (any bits of it). The
-  // last mark (kMarks - 1) stores the record.
+  // last mark (kDone) stores the record.
   __device__ __forceinline__ void mark(int point, unsigned after = 0u) {
     if constexpr (TRACE) {
       marks.mark(point, after);
-      if (point == kMarks - 1) store();
+      if (point == kDone) store();
     } else {
       (void)point;
       (void)after;

@@ -252,12 +252,12 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
       Ring::commit();
     }
   }
-  // TRIGGER_IN_PROLOGUE: the next launch starts here, at once; else after the MMAs (mark 5). Allowed
+  // TRIGGER_IN_PROLOGUE: the next launch starts here, at once; else after the MMAs (kLoopDone). Allowed
   // only where the prologue issued all of w. why: docs/design/gemm.md, "Where the next launch starts".
   static_assert(!TRIGGER_IN_PROLOGUE || W_ON_CHIP || (STAGES == 0 ? kIterations == 1 : STAGES == kChunks),
                 "TRIGGER_IN_PROLOGUE needs all of w issued by the prologue");
   if constexpr (kTicket) ticket = pooler::mailbox_take_ticket(state);
-  trace.mark(1);
+  trace.mark(gemm_trace::kIssued);
   if constexpr (TRIGGER_IN_PROLOGUE) pdl_launch_dependents();
   // Cluster phase 1: every CTA has started (mbarrier initialized, shared memory writable by
   // peers). Waited for just before the epilogue's remote stores.
@@ -265,7 +265,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 
   // The never-taken branch keeps ptxas from hoisting the wait above the prologue's loads.
   if (x != nullptr) pdl_wait();
-  trace.mark(2);
+  trace.mark(gemm_trace::kWaited);
 
   // x's fragments into registers (kXInRegisters), in the order the MMAs use them; rows past ROWS feed zeros.
   U32x4 xr[kXInRegisters ? kSteps : 1][kBatchTiles];
@@ -313,7 +313,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
       __syncthreads();
     }
   }
-  trace.mark(3);
+  trace.mark(gemm_trace::kXStaged);
 
   // Batch tile b, step j: x_lane + b * 8 * kXPitch + 64 j.
   const unsigned char* x_lane = smem + g * kXPitch + 2 * warp_k0 + 16 * q;
@@ -336,7 +336,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     u32 w_step = pooler::shared_address(smem + kWOffset) + static_cast<u32>((warp_column + g) * kWPitch) +
                  static_cast<u32>(2 * warp_k0 + 16 * q);
     pooler::mbarrier_wait_phase_0(w_barrier);
-    trace.mark(4);  // w is on chip
+    trace.mark(gemm_trace::kFirstData);  // w is on chip
     if constexpr (kXInRegisters) {
 #pragma unroll
       for (int j = 0; j < kSteps; ++j) {
@@ -372,7 +372,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     for (int chunk = 0; chunk < kChunks; ++chunk) {
       const u32 stage = ring.stages + (chunk % STAGES) * kStageBytes + lane_offset;
       Ring::wait();
-      if (chunk == 0) trace.mark(4);  // first chunk arrived
+      if (chunk == 0) trace.mark(gemm_trace::kFirstData);  // first chunk arrived
 #pragma unroll
       for (int u = 0; u < K_UNROLL; ++u) {
         U32x4 xf[kBatchTiles];
@@ -417,7 +417,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     }
     w_next += 32 * K_UNROLL;
     x_step += 64 * K_UNROLL;
-    if (iteration == 0) trace.mark(4);  // prologue's w used
+    if (iteration == 0) trace.mark(gemm_trace::kFirstData);  // prologue's w used
   }
   // The two chains' sum: this warp's partial.
   float partial_sum[TILES][kBatchTiles][4];
@@ -429,7 +429,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
       for (int e = 0; e < 4; ++e) partial_sum[t][b][e] = acc[t][b][0][e] + acc[t][b][1][e];
     }
   }
-  trace.mark(5);
+  trace.mark(gemm_trace::kLoopDone);
 
   if constexpr (!TRIGGER_IN_PROLOGUE) pdl_launch_dependents();
 
@@ -480,19 +480,19 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   } else {
     __syncthreads();
   }
-  trace.mark(6);  // partials in (a CTA that sums none: sent)
+  trace.mark(gemm_trace::kPartialsIn);  // partials in (a CTA that sums none: sent)
 
-  // The partials in a fixed order; thread 0's first sum is mark 7.
+  // The partials in a fixed order; thread 0's first sum is the kSummed mark.
   const int first_column = block * kColumnsPerCta + split * kOwned;
   if constexpr (!kPublish) {
     for (int o = static_cast<int>(thread_x); o < ROWS * kOwned; o += kThreads) {
       const int r = o / kOwned;
       const int owned = o % kOwned;
       const float sum = sum_partials(reduce + r * kOwnedPitch + owned, ROWS * kOwnedPitch);
-      if (o == static_cast<int>(thread_x)) trace.mark(7, __float_as_uint(sum));
+      if (o == static_cast<int>(thread_x)) trace.mark(gemm_trace::kSummed, __float_as_uint(sum));
       c[static_cast<unsigned long long>(r) * N + first_column + owned] = pooler::bf16_from_float_hw(sum);
     }
-    trace.mark(8);
+    trace.mark(gemm_trace::kDone);
   } else {
     if (split >= kOwners) {  // this rank finishes no columns (uniform over the CTA)
       trace.store();
@@ -513,7 +513,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
       if (active) {
         value = pooler::bf16_from_float_hw(sum_partials(reduce + r * kOwnedPitch + owned, ROWS * kOwnedPitch));
       }
-      if (round == 0) trace.mark(7, value);
+      if (round == 0) trace.mark(gemm_trace::kSummed, value);
       // Word k: columns 2k (low half) and 2k + 1 (high half), the order of memory.
       const u32 pair = value | (__shfl_down_sync(kAllLanes, value, 1) << 16);
       const u32 pair1 = __shfl_down_sync(kAllLanes, pair, 2);
@@ -535,7 +535,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
         }
       }
     }
-    trace.mark(8);
+    trace.mark(gemm_trace::kDone);
   }
 }
 

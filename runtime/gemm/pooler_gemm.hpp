@@ -66,6 +66,7 @@ Form pooler_gemm_form(int rows, int n, int k, const PoolerGemmShape& shape, cons
 // but comparable within a CTA only). A mark a CTA did not pass is 0 (a
 // fused-publish CTA that finishes no columns never reaches kSummed and kDone).
 struct GemmTrace {
+  // The template's gemm_trace::Mark, in the same order.
   enum Mark { kStart, kIssued, kWaited, kXStaged, kFirstData, kLoopDone, kPartialsIn, kSummed, kDone };
   static constexpr const char* kMarkNames[] = {"start",     "issued",      "waited", "x staged", "first data",
                                                "loop done", "partials in", "summed", "done"};
