@@ -36,8 +36,8 @@ class NumericsGpu : public ::testing::Test {
 };
 
 TEST_F(NumericsGpu, SoftwareConversionsEqualTheHardwareOnAllFloats) {
-  DeviceBuffer counts(3 * sizeof(unsigned long long));
-  DeviceBuffer first(3 * sizeof(unsigned));
+  DeviceBuffer counts(4 * sizeof(unsigned long long));
+  DeviceBuffer first(4 * sizeof(unsigned));
   counts.fill_bytes(0);
   first.fill_bytes(0xFF);
   Stream stream;
@@ -46,13 +46,13 @@ TEST_F(NumericsGpu, SoftwareConversionsEqualTheHardwareOnAllFloats) {
   shape.block_x = 256;
   loaded_->kernel("pooler_numerics_check")(stream.get(), shape, counts.get(), first.get());
   stream.synchronize();
-  unsigned long long host_counts[3];
-  unsigned host_first[3];
+  unsigned long long host_counts[4];
+  unsigned host_first[4];
   counts.download(host_counts, sizeof(host_counts));
   first.download(host_first, sizeof(host_first));
-  const char* names[3] = {"bf16 (cvt.rn.bf16.f32)", "e4m3 (cvt.rn.satfinite.e4m3x2.f32)",
-                          "e2m1 (cvt.rn.satfinite.e2m1x2.f32)"};
-  for (int i = 0; i < 3; ++i) {
+  const char* names[4] = {"bf16 (cvt.rn.bf16.f32)", "e4m3 (cvt.rn.satfinite.e4m3x2.f32)",
+                          "e2m1 (cvt.rn.satfinite.e2m1x2.f32)", "e2m1x2_grid (against e2m1x2_sw)"};
+  for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(host_counts[i], 0u) << names[i] << ": " << host_counts[i] << " inputs differ, the first 0x" << std::hex
                                   << host_first[i];
   }

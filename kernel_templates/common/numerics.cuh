@@ -259,12 +259,38 @@ POOLER_DEVICE u8 e2m1x2_hw(float even, float odd) {
 }
 #endif
 
+// float_to_e2m1_satfinite_rn's bits in under half its instructions, for targets without the E2M1
+// conversion: the magnitude clamped to 6 (NaN too: min.f32 returns the other operand), then scaled
+// by 2, 1 or 1/2 and offset by 0, 2 or 4 for its binade (below 2, below 4, from 4 on), so that one
+// fma.rn's rounding at 2^23 is round-to-nearest-even on the E2M1 grid, and the sum's low 3 bits are
+// the code. The sign is min(x, inf)'s, which is + for NaN (code 0x7). Equal on all 2^32 inputs
+// (test_numerics_gpu).
+POOLER_DEVICE u32 e2m1_code_grid(float x) {
+  float t, signed_x;
+  asm("min.f32 %0, %1, 0f40C00000;" : "=f"(t) : "f"(abs_f32(x)));
+  asm("min.f32 %0, %1, 0f7F800000;" : "=f"(signed_x) : "f"(x));
+  const u32 e = max(__float_as_uint(t) >> 23, 127u);           // 127, 128 or 129
+  const float scale = __uint_as_float((255u - e) << 23);        // 2, 1 or 0.5
+  const float offset = __uint_as_float(0x4AFFFF02u + 2u * e);  // 2^23 + 0, 2 or 4
+  float sum;
+  asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(sum) : "f"(t), "f"(scale), "f"(offset));
+  // (u >> 28) is the sign (bit 3) over three exponent bits: one LOP3 keeps the sum's 3 bits and the sign.
+  return (__float_as_uint(sum) & 7u) | ((__float_as_uint(signed_x) >> 28) & ~7u);
+}
+
+POOLER_DEVICE u8 e2m1x2_grid(float even, float odd) {
+  return static_cast<u8>(e2m1_code_grid(even) | (e2m1_code_grid(odd) << 4));
+}
+
 #endif  // __CUDACC__
 
-// The hardware instruction where the target has it; elsewhere the same bits in software.
+// The hardware instruction where the target has it; elsewhere the same bits by e2m1x2_grid on the
+// GPU and in software on the host.
 POOLER_HD u8 e2m1x2(float even, float odd) {
 #if POOLER_HAS_E2M1_HW
   return e2m1x2_hw(even, odd);
+#elif defined(__CUDA_ARCH__)
+  return e2m1x2_grid(even, odd);
 #else
   return e2m1x2_sw(even, odd);
 #endif

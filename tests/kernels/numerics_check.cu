@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The software conversions of numerics.cuh against the GPU's own instructions,
 // over all 2^32 FP32 inputs (a test form; cheap on a GPU, impossible on a CPU).
-// counts[0..2]: mismatches of bf16, e4m3 encode, e2m1 (hardware targets only);
-// first[0..2]: the smallest mismatching input bits of each.
+// counts[0..3]: mismatches of bf16, e4m3 encode, e2m1 (hardware targets only), and e2m1x2_grid
+// (the GPU's E2M1 path without the instruction) against the software twin; first[0..3]: the smallest
+// mismatching input bits of each.
 #include "numerics.cuh"
 
 using namespace pooler;
@@ -23,6 +24,7 @@ extern "C" __global__ void pooler_numerics_check(unsigned long long* counts, uns
 #if POOLER_HAS_E2M1_HW
     if (e2m1x2_hw(x, -x) != e2m1x2_sw(x, -x)) record(counts, first, 2, bits);
 #endif
+    if (e2m1x2_grid(x, -x) != e2m1x2_sw(x, -x)) record(counts, first, 3, bits);
   }
 }
 
