@@ -270,7 +270,7 @@ POOLER_DEVICE u32 e2m1_code_grid(float x) {
   asm("min.f32 %0, %1, 0f40C00000;" : "=f"(t) : "f"(abs_f32(x)));
   asm("min.f32 %0, %1, 0f7F800000;" : "=f"(signed_x) : "f"(x));
   const u32 e = max(__float_as_uint(t) >> 23, 127u);           // 127, 128 or 129
-  const float scale = __uint_as_float((255u - e) << 23);        // 2, 1 or 0.5
+  const float scale = __uint_as_float((255u - e) << 23);       // 2, 1 or 0.5
   const float offset = __uint_as_float(0x4AFFFF02u + 2u * e);  // 2^23 + 0, 2 or 4
   float sum;
   asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(sum) : "f"(t), "f"(scale), "f"(offset));
