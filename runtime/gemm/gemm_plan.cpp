@@ -32,6 +32,9 @@ int owner_count(const PoolerGemmShape& s, bool publish) {
 // w's 16 would take all of the 128 registers a thread has at two CTAs an SM.
 constexpr int kXInRegistersMaxRowsBesideW = 8;
 
+// The register path's prologue loads all of w where each warp streams one chunk (one unrolled round).
+bool registers_hold_all_of_w(const PoolerGemmShape& s, int chunks) { return s.stages == 0 && chunks == 1; }
+
 // The derived quantities of a validated shape, shared by the shared-memory
 // size and the launch shape.
 struct Derived {
@@ -60,7 +63,8 @@ Derived derive(int rows, int k, const PoolerGemmShape& s, bool publish) {
   d.stage_bytes = 16 * s.tiles() * chunk_bytes;
   // As the template's kWPitch: 64 (mod 128) bytes, conflict-free fragment loads.
   d.w_pitch = (2 * d.slice_k) % 128 == 0 ? 2 * d.slice_k + 64 : 2 * d.slice_k;
-  const bool beside_all_of_w = s.w_on_chip || (s.stages == 0 && d.chunks == 1 && rows <= kXInRegistersMaxRowsBesideW);
+  const bool beside_all_of_w =
+      s.w_on_chip || (registers_hold_all_of_w(s, d.chunks) && rows <= kXInRegistersMaxRowsBesideW);
   d.x_in_registers = beside_all_of_w && s.warps_k > 0 && (d.slice_k / s.warps_k / 32) * d.batch_tiles <= 16;
   return d;
 }
@@ -70,7 +74,7 @@ Derived derive(int rows, int k, const PoolerGemmShape& s, bool publish) {
 bool gemm_prologue_holds_all_of_w(int rows, int k, const PoolerGemmShape& s) {
   if (s.w_on_chip) return true;
   const int chunks = derive(rows, k, s, false).chunks;
-  return s.stages == 0 ? chunks == 1 : s.stages == chunks;
+  return registers_hold_all_of_w(s, chunks) || (s.stages > 0 && s.stages == chunks);
 }
 
 long long gemm_shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s, bool publish) {
