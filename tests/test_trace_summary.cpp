@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench's trace summaries and files (tools/kernel_bench/trace.*) on made-up records, no
 // GPU: the GEMM's steps after its wait in its CTAs' cycles (median CTA, the CTAs that passed both
-// marks), the consumer's CTA 0, and the per-CTA lines of the trace files.
+// marks), the consumer's CTA 0, the engine's layer timeline, and the per-CTA lines of the trace files.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,55 @@ TEST(TraceSummary, GemmChainPrintsItsStepsInCycles) {
             std::string::npos)
       << text;
   EXPECT_THROW((void)bench::summarize_trace(gemm_records(), 3), InvalidArgument);
+}
+
+// The numbers after `name` on its line of `text`.
+std::vector<double> values_after(const std::string& text, const std::string& name) {
+  std::vector<double> out;
+  const std::size_t at = text.find(name);
+  if (at == std::string::npos) return out;
+  std::istringstream line(text.substr(at + name.size(), text.find('\n', at) - at - name.size()));
+  for (std::string word; line >> word;) out.push_back(word == "-" ? -1000.0 : std::stod(word));
+  return out;
+}
+
+TEST(TraceSummary, EngineTimelineIsInUsAfterTheAllReducesEnd) {
+  // Layer l's all-reduce ends 500 ns after launch l - 1's GEMM CTAs start (gemm_records); stamped
+  // kernel k starts k us after that, passes its wait 100 ns later and ends 300 ns after its start;
+  // NULL's layers do all of it 50 ns earlier but for the all-reduce's end.
+  std::vector<bench::LayerStamps> fused(kLaunches + 1), null(kLaunches + 1);
+  for (int layer = 0; layer <= kLaunches; ++layer) {
+    const unsigned long long origin = 1'000'000ull + 10'000ull * layer - 10'000ull + 500ull;
+    for (int k = 0; k < bench::kStampedKernels; ++k) {
+      const unsigned long long start = origin + 1'000ull * k;
+      fused[layer][k] = {start, start + 100, start + 300};
+      null[layer][k] = {start - 50, start + 50, start + 250};
+    }
+    fused[layer][static_cast<int>(bench::Stamped::allreduce)].end = origin;
+    null[layer][static_cast<int>(bench::Stamped::allreduce)].end = origin;
+  }
+  const std::string text = bench::summarize_engine_timeline(fused, null, gemm_records(), consumer_records(), kLaunches);
+  const std::vector<double> router = values_after(text, "router waited");
+  ASSERT_EQ(router.size(), 3u) << text;
+  EXPECT_NEAR(router[0], 4.1, 1e-9) << text;
+  EXPECT_NEAR(router[1], 4.05, 1e-9) << text;
+  EXPECT_NEAR(router[2], 0.05, 1e-9) << text;
+  // The fused X is the GEMM's (first start, first wait, last publish: CTA 2 never published) and
+  // the consumer's trace; NULL's X its stamps.
+  const std::vector<double> x = values_after(text, "X: GEMM / NULL start");
+  ASSERT_EQ(x.size(), 3u) << text;
+  EXPECT_NEAR(x[0], -0.5, 1e-9) << text;
+  EXPECT_NEAR(x[1], 2.95, 1e-9) << text;
+  EXPECT_NEAR(values_after(text, "X: GEMM / NULL waited")[0], 1.5, 1e-9) << text;
+  EXPECT_NEAR(values_after(text, "X: GEMM published / NULL end")[0], 7.51, 1e-9) << text;
+  EXPECT_NEAR(values_after(text, "consumer finished (last CTA)")[0], 6.4, 1e-9) << text;
+  EXPECT_EQ(values_after(text, "consumer finished (last CTA)")[1], -1000.0) << text;  // NULL has none
+  EXPECT_NEAR(values_after(text, "next layer's norm start")[0], 10.0, 1e-9) << text;
+  EXPECT_THROW((void)bench::summarize_engine_timeline(fused, null, gemm_records(), consumer_records(), 3),
+               InvalidArgument);
+  null.pop_back();
+  EXPECT_THROW((void)bench::summarize_engine_timeline(fused, null, gemm_records(), consumer_records(), kLaunches),
+               InvalidArgument);
 }
 
 TEST(TraceSummary, FilesCarryEveryCtasCyclesAfterItsStart) {

@@ -79,6 +79,11 @@ constexpr unsigned long long kTimeoutNs = 1'000'000'000ull;
 
 std::size_t sz(long long v) { return static_cast<std::size_t>(v); }
 
+// --trace's timeline: kernel k's stamps of `layer` in a buffer of LayerStamps (0: not traced).
+CUdeviceptr stamp(CUdeviceptr stamps, int layer, Stamped k) {
+  return stamps == 0 ? 0 : stamps + sz(layer) * sizeof(LayerStamps) + sz(static_cast<int>(k)) * sizeof(KernelStamps);
+}
+
 enum class X { fused, stock, null, none };
 
 // What one b needs of the Pooler's forms at a width: the plain and publishing GEMMs and the loopback
@@ -340,7 +345,7 @@ class EngineRig {
   }
 
   // traced: --trace's forms in place of the fused X's, with call = layer - 1 (layers 1-16).
-  void enqueue_x(X which, int layer, int b, const FusedX* traced = nullptr) const {
+  void enqueue_x(X which, int layer, int b, const FusedX* traced = nullptr, CUdeviceptr stamps = 0) const {
     const PoolerAtBatch& p = *at_;
     const CUstream s = gpu_.stream.get();
     if (which == X::fused) {
@@ -360,38 +365,43 @@ class EngineRig {
       const LaunchShape& g = p.fused->launch_shape();
       const unsigned long long x_vectors = sz(b) * sz(o_.hidden) / 8, out_vectors = out_bytes(layer, b) / 16;
       launch(gpu_.null, g.grid_x, g.grid_y, std::min<unsigned>(g.block_x, kEngineThreads), x(layer), x_vectors,
-             precomputed_.get() + sz(layer) * out_stride(), out(layer), out_vectors, sink_.get());
+             precomputed_.get() + sz(layer) * out_stride(), out(layer), out_vectors, sink_.get(),
+             stamp(stamps, layer, Stamped::x));
     }
   }
 
   // prefetch: Pooler::prefetch_weights of this layer's pooler weights right after o_proj (or at the
   // layer's start: --prefetch-at), on the same stream (it lets the next kernel start at once).
-  void enqueue_layer(X which, int layer, int b, bool early, bool prefetch = false,
-                     const FusedX* traced = nullptr) const {
+  // stamps: --trace's timeline (stamp()), 0 when not traced.
+  void enqueue_layer(X which, int layer, int b, bool early, bool prefetch = false, const FusedX* traced = nullptr,
+                     CUdeviceptr stamps = 0) const {
     const PoolerAtBatch& p = *at_;
     const CUstream s = gpu_.stream.get();
     const unsigned rows = static_cast<unsigned>(b);
     const std::size_t r = sz(slot(layer));
     const bool at_start = o_.prefetch_at == "start";
     if (prefetch && at_start) p.prefetch->launch(s, w_pool(layer), s_.pool_weight(o_.hidden), true);
-    launch(gpu_.norm, rows, 1, kEngineRowThreads, h(layer - 1), gamma_attn_.get(), a_.get());
+    launch(gpu_.norm, rows, 1, kEngineRowThreads, h(layer - 1), gamma_attn_.get(), a_.get(),
+           stamp(stamps, layer, Stamped::norm));
     p.qkv->launch(s, a_.get(), w_qkv_.get() + r * s_.qkv_weight(o_.hidden), qkv_.get(), true);
     const unsigned long long sequence = sz(o_.context) * s_.kv_token, read = sz(engine_tokens(o_, layer)) * s_.kv_token;
     launch(gpu_.attention, static_cast<unsigned>((read + kEngineChunkBytes - 1) / kEngineChunkBytes), rows,
            kEngineThreads, qkv_.get(), s_.qkv_n, att_.get(), s_.att_k, kv_.get() + r * sz(rows_) * sequence, sequence,
-           read, sink_.get());
+           read, sink_.get(), stamp(stamps, layer, Stamped::attention));
     p.o_proj->launch(s, att_.get(), w_o_.get() + r * s_.o_weight(o_.hidden), part_.get(), true);
     if (prefetch && !at_start) p.prefetch->launch(s, w_pool(layer), s_.pool_weight(o_.hidden), true);
     launch(gpu_.allreduce, rows, 1, kEngineRowThreads, part_.get(), peer_partials_.get(), tp_ - 1,
            static_cast<unsigned long long>(sz(kCapacity) * sz(o_.hidden)), h(layer - 1), h(layer), gamma_pre_.get(),
-           x(layer), early ? 1 : 0);
-    enqueue_x(which, layer, b, traced);
+           x(layer), early ? 1 : 0, stamp(stamps, layer, Stamped::allreduce));
+    enqueue_x(which, layer, b, traced, stamps);
     launch(gpu_.router, static_cast<unsigned>(o_.pooled / kEngineRouterRows), 1, static_cast<unsigned>(o_.experts),
-           out(layer), edge(layer) ? 0 : 1, w_router_.get() + r * sz(o_.pooled) * sz(o_.experts) * 4, logits_.get(), b);
+           out(layer), edge(layer) ? 0 : 1, w_router_.get() + r * sz(o_.pooled) * sz(o_.experts) * 4, logits_.get(), b,
+           stamp(stamps, layer, Stamped::router));
     const int chunks = static_cast<int>((s_.expert + kEngineChunkBytes - 1) / kEngineChunkBytes);
     launch(gpu_.experts, static_cast<unsigned>(counts_[sz(layer)] * chunks), 1, kEngineThreads, logits_.get(),
            o_.pooled / kEngineRouterRows, b, ids_.get() + sz(layer) * sz(o_.experts) * sizeof(int), chunks,
-           experts_.get() + r * sz(o_.experts) * s_.expert, static_cast<unsigned long long>(s_.expert), sink_.get());
+           experts_.get() + r * sz(o_.experts) * s_.expert, static_cast<unsigned long long>(s_.expert), sink_.get(),
+           stamp(stamps, layer, Stamped::experts));
   }
 
   // --trace: layers 1-16 (NVFP4) with the fused X's trace forms, the row's trigger, recorded in one
@@ -416,10 +426,38 @@ class EngineRig {
     constexpr int kLaunches = kConsumerTraceLaunches;
     static_assert(kLaunches <= kGemmTraceLaunches, "both trace forms record every launch");
     const bool early = trigger == "early";
+    // The layer timeline's stamps, fused and NULL: start and wait at ~0 (atomic min), end at 0 (max).
+    static_assert(sizeof(KernelStamps) == 24 && sizeof(LayerStamps) == kStampedKernels * sizeof(KernelStamps));
+    const std::size_t stamped_layers = kLaunches + 1;
+    const DeviceBuffer fused_stamps(stamped_layers * sizeof(LayerStamps)), null_stamps(fused_stamps.bytes());
+    auto reset_stamps = [&](const DeviceBuffer& stamps) {
+      LayerStamps initial;
+      initial.fill(KernelStamps{~0ull, ~0ull, 0});
+      const std::vector<LayerStamps> all(stamped_layers, initial);
+      stamps.upload(all.data(), stamps.bytes());
+    };
+    auto read_stamps = [&](const DeviceBuffer& stamps) {
+      std::vector<LayerStamps> all(stamped_layers);
+      stamps.download(all.data(), stamps.bytes());
+      return all;
+    };
     const harness::Graph graph(s, "the traced engine's graph", [&] {
-      for (int layer = 1; layer <= kLaunches; ++layer) enqueue_layer(X::fused, layer, b, early, false, &traced);
+      for (int layer = 1; layer <= kLaunches; ++layer) {
+        enqueue_layer(X::fused, layer, b, early, false, &traced, fused_stamps.get());
+      }
     });
+    const harness::Graph null_graph(s, "the traced NULL engine's graph", [&] {
+      for (int layer = 1; layer <= kLaunches; ++layer) {
+        enqueue_layer(X::null, layer, b, early, false, nullptr, null_stamps.get());
+      }
+    });
+    null_graph.launch(s);  // warm-up, not recorded
+    POOLER_CU(cuStreamSynchronize(s), "the traced NULL layers' warm-up");
+    reset_stamps(null_stamps);
+    null_graph.launch(s);
     graph.launch(s);  // warm-up, not recorded
+    POOLER_CU(cuStreamSynchronize(s), "the traced engine layers' warm-up");
+    reset_stamps(fused_stamps);
     reset_gemm_trace(gemm_trace, s);
     reset_consumer_trace(consumer_trace, s);
     graph.launch(s);
@@ -432,8 +470,10 @@ class EngineRig {
     const std::vector<ConsumerTraceRecord> c = read_consumer_trace(consumer_trace, kLaunches);
     const std::string file = fmt::format("{}/engine_trace_tp{}_b{}_{}.txt", o_.trace_dir, tp_, b, trigger);
     write_chain_trace(file, g, c);
-    std::printf("  trace tp %d b %d %s (%s):\n%s", tp_, b, trigger.c_str(), file.c_str(),
-                summarize_chain_trace(g, c, kLaunches).c_str());
+    std::printf(
+        "  trace tp %d b %d %s (%s):\n%s%s", tp_, b, trigger.c_str(), file.c_str(),
+        summarize_chain_trace(g, c, kLaunches).c_str(),
+        summarize_engine_timeline(read_stamps(fused_stamps), read_stamps(null_stamps), g, c, kLaunches).c_str());
   }
 
   // Layers 0 and 1 of the first replay of the fused graph against the stock path on the same x:

@@ -68,7 +68,9 @@ options:
   --json FILE           also write the rows as JSON
   --trace DIR           also trace, per row, 16 layers (1-16) with the fused X's trace forms (the publishing
                         GEMM's and the NVFP4 consumer's): when each of their CTAs passed each step, to
-                        DIR/engine_trace_tp{tp}_b{b}_{trigger}.txt, and a timeline of medians on stdout
+                        DIR/engine_trace_tp{tp}_b{b}_{trigger}.txt, and a timeline of medians on stdout;
+                        then the layer's timeline, fused against NULL: when each surrogate kernel started,
+                        passed its PDL wait and ended, in us after the all-reduce surrogate ended
                         (needs --layers of at least 18)
   -h, --help            this text
 )";

@@ -280,4 +280,83 @@ void write_chain_trace(const std::string& path, const std::vector<GemmTraceRecor
   if (std::ferror(file.get())) throw Error(fmt::format("writing the chain trace {} failed", path));
 }
 
+std::string summarize_engine_timeline(const std::vector<LayerStamps>& fused, const std::vector<LayerStamps>& null,
+                                      const std::vector<GemmTraceRecord>& gemm,
+                                      const std::vector<ConsumerTraceRecord>& consumer, int launches) {
+  if (launches < 4) throw InvalidArgument(fmt::format("a timeline needs at least 4 layers, not {}", launches));
+  if (fused.size() < static_cast<std::size_t>(launches) + 1 || null.size() != fused.size()) {
+    throw InvalidArgument(
+        fmt::format("timeline: stamps of {} and {} layers for layers 1-{}", fused.size(), null.size(), launches));
+  }
+  // name -> {fused, null} values of the steady layers; -1e9 marks "not passed".
+  std::map<std::string, std::array<std::vector<double>, 2>> columns;
+  std::vector<std::string> order;
+  auto put = [&](const std::string& name, int side, double value) {
+    if (columns.find(name) == columns.end()) order.push_back(name);
+    if (value > -1e8) columns[name][static_cast<std::size_t>(side)].push_back(value);
+  };
+  constexpr const char* kNames[kStampedKernels] = {"norm", "attention", "all-reduce", "X", "router", "experts"};
+  for (int layer = 2; layer < launches; ++layer) {
+    for (int side = 0; side < 2; ++side) {
+      const std::vector<LayerStamps>& stamps = side == 0 ? fused : null;
+      const LayerStamps& here = stamps[static_cast<std::size_t>(layer)];
+      const unsigned long long origin = here[static_cast<std::size_t>(Stamped::allreduce)].end;
+      auto at = [&](unsigned long long ns) {
+        return ns == 0 || ns == ~0ull ? -1e9 : (static_cast<double>(ns) - static_cast<double>(origin)) / 1e3;
+      };
+      for (int k = 0; k < kStampedKernels; ++k) {
+        const KernelStamps& t = here[static_cast<std::size_t>(k)];
+        if (side == 0 && k == static_cast<int>(Stamped::x)) {
+          unsigned long long start = ~0ull, waited = ~0ull, published = 0, c_start = ~0ull, read = 0, finished = 0;
+          for (const GemmTraceRecord& r : gemm) {
+            if (r.launch != layer - 1) continue;
+            if (r.ns[GemmTrace::kStart] != 0) start = std::min(start, r.ns[GemmTrace::kStart]);
+            if (r.ns[GemmTrace::kWaited] != 0) waited = std::min(waited, r.ns[GemmTrace::kWaited]);
+            published = std::max(published, r.ns[GemmTrace::kDone]);
+          }
+          for (const ConsumerTraceRecord& r : consumer) {
+            if (r.launch != layer - 1) continue;
+            if (r.ns[0] != 0) c_start = std::min(c_start, r.ns[0]);
+            read = std::max(read, r.ns[static_cast<std::size_t>(ConsumerMark::read)]);
+            finished = std::max(finished, r.ns[static_cast<std::size_t>(ConsumerMark::finished)]);
+          }
+          put("X: GEMM / NULL start", side, at(start));
+          put("X: GEMM / NULL waited", side, at(waited));
+          put("X: GEMM published / NULL end", side, at(published));
+          put("consumer start (first CTA)", side, at(c_start));
+          put("consumer read (last CTA)", side, at(read));
+          put("consumer finished (last CTA)", side, at(finished));
+          continue;
+        }
+        if (k == static_cast<int>(Stamped::x)) {
+          put("X: GEMM / NULL start", side, at(t.start));
+          put("X: GEMM / NULL waited", side, at(t.waited));
+          put("X: GEMM published / NULL end", side, at(t.end));
+          continue;
+        }
+        put(fmt::format("{} start", kNames[k]), side, at(t.start));
+        put(fmt::format("{} waited", kNames[k]), side, at(t.waited));
+        put(fmt::format("{} end", kNames[k]), side, at(t.end));
+      }
+      const LayerStamps& next = stamps[static_cast<std::size_t>(layer + 1)];
+      put("next layer's norm start", side, at(next[static_cast<std::size_t>(Stamped::norm)].start));
+      put("next layer's norm waited", side, at(next[static_cast<std::size_t>(Stamped::norm)].waited));
+    }
+  }
+  std::string out = fmt::format(
+      "      layer timeline, medians over layers 2-{} of 1-{}, us after the layer's all-reduce surrogate ended "
+      "(x written): fused / NULL / difference\n",
+      launches - 1, launches);
+  for (const std::string& name : order) {
+    const auto& v = columns[name];
+    const double f = v[0].empty() ? -1.0 : median(v[0]);
+    const double n = v[1].empty() ? -1.0 : median(v[1]);
+    const std::string d = v[0].empty() || v[1].empty() ? std::string("-") : fmt::format("{:+.2f}", f - n);
+    out += fmt::format("      {:<34} {:>9} {:>9} {:>7}\n", name,
+                       v[0].empty() ? std::string("-") : fmt::format("{:.2f}", f),
+                       v[1].empty() ? std::string("-") : fmt::format("{:.2f}", n), d);
+  }
+  return out;
+}
+
 }  // namespace pooler::bench

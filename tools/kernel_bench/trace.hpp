@@ -5,6 +5,7 @@
 // (runtime/gather/consumer_trace.hpp).
 #pragma once
 
+#include <array>
 #include <functional>
 #include <string>
 #include <vector>
@@ -48,5 +49,26 @@ std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
 // after its own start.
 void write_chain_trace(const std::string& path, const std::vector<GemmTraceRecord>& gemm,
                        const std::vector<ConsumerTraceRecord>& consumer);
+
+// --engine --trace's layer timeline: one kernel's first CTA start, first CTA past its PDL wait and
+// last CTA end, %globaltimer ns (tools/harness/kernels/engine_surrogates.cu, Stamps); 0: none.
+struct KernelStamps {
+  unsigned long long start = 0, waited = 0, end = 0;
+};
+// A layer's stamped kernels, in this order; X is NULL's kernel (a fused layer's X is the GEMM's and
+// consumer's trace instead).
+enum class Stamped { norm, attention, allreduce, x, router, experts };
+inline constexpr int kStampedKernels = 6;
+using LayerStamps = std::array<KernelStamps, kStampedKernels>;
+
+// The layer's timeline, fused against NULL: for the steady layers (layers 2 to launches - 1 of
+// layers 1..launches; stamps indexed by layer, the traces' launch = layer - 1), the medians of when,
+// in us after the layer's all-reduce surrogate ended (x written), each stamped kernel started, got
+// past its wait and ended, with the fused layer's GEMM (first CTA start, first wait, last publish)
+// and consumer (first CTA start, last read, last finish) in X's place, and the next layer's norm.
+// Lines ending in a newline.
+std::string summarize_engine_timeline(const std::vector<LayerStamps>& fused, const std::vector<LayerStamps>& null,
+                                      const std::vector<GemmTraceRecord>& gemm,
+                                      const std::vector<ConsumerTraceRecord>& consumer, int launches);
 
 }  // namespace pooler::bench

@@ -15,7 +15,8 @@
 // Every kernel waits (pdl_wait) before it reads what an earlier kernel wrote or writes anything, and
 // lets its dependents start at its start (pdl_launch_dependents), except engine_allreduce_norm, whose
 // trigger point is an argument (the benchmark's variant). Only the weights of engine_router, which no
-// kernel writes, are loaded before the wait.
+// kernel writes, are loaded before the wait. Every kernel's last argument, `stamps`, is nullptr but in
+// --trace's timeline (Stamps below).
 // Constants: HIDDEN (a multiple of 8 * ROW_THREADS), POOLED (multiple of ROUTER_ROWS and 32),
 // ROW_THREADS, THREADS (the streaming kernels' CTA), STREAM_UNROLL (16-byte loads in flight per
 // thread), EXPERTS (= the router's CTA), ROUTER_ROWS, MAX_ROWS (the largest b).
@@ -114,6 +115,26 @@ __device__ __forceinline__ u32 stream_xor(const unsigned char* data, unsigned lo
   return acc;
 }
 
+// --trace's layer timeline: at (nullptr when not traced) holds the kernel's [first CTA start, first CTA
+// past its PDL wait, last CTA end] in %globaltimer ns, kept by atomics (min, min, max; the host sets
+// them to ~0, ~0, 0). Untraced, each is one uniform branch.
+struct Stamps {
+  unsigned long long* at;
+  __device__ __forceinline__ void start() const {
+    if (at != nullptr && threadIdx.x == 0u) atomicMin(at, global_timer_ns());
+  }
+  __device__ __forceinline__ void waited() const {
+    if (at != nullptr && threadIdx.x == 0u) atomicMin(at + 1, global_timer_ns());
+  }
+  // After every thread's stores were issued.
+  __device__ __forceinline__ void end() const {
+    if (at != nullptr) {
+      __syncthreads();
+      if (threadIdx.x == 0u) atomicMax(at + 2, global_timer_ns());
+    }
+  }
+};
+
 // The reduction decides a store that never happens for real data, so that no load is dropped.
 __device__ __forceinline__ void keep(u32 acc, u32* sink) {
   if (acc == 0x9E3779B9u) sink[0] = acc;
@@ -123,11 +144,14 @@ __device__ __forceinline__ void keep(u32 acc, u32* sink) {
 
 // Launch: grid (b), block (ROW_THREADS). out[r] = the RMS norm of h[r] with gain gamma + 1.
 extern "C" __global__ void __launch_bounds__(ROW_THREADS)
-    engine_rms_norm(const pooler::u16* h, const pooler::u16* gamma, pooler::u16* out) {
+    engine_rms_norm(const pooler::u16* h, const pooler::u16* gamma, pooler::u16* out, unsigned long long* stamps) {
   using namespace engine_detail;
   __shared__ float scratch[ROW_THREADS / 32];
+  const Stamps stamp{stamps};
+  stamp.start();
   pdl_launch_dependents();
   pdl_wait();
+  stamp.waited();
   const unsigned long long row = blockIdx.x;
   float v[kRowVectors][8];
 #pragma unroll
@@ -137,6 +161,7 @@ extern "C" __global__ void __launch_bounds__(ROW_THREADS)
     unpack(w, v[j]);
   }
   norm_row(v, gamma, out + row * HIDDEN, scratch);
+  stamp.end();
 }
 
 // Launch: grid (ceil(read_bytes / ENGINE_CHUNK_BYTES), b), block (THREADS). CTA (c, r) reads
@@ -145,10 +170,14 @@ extern "C" __global__ void __launch_bounds__(ROW_THREADS)
 // 8, qkv_stride the qkv rows' length).
 extern "C" __global__ void __launch_bounds__(THREADS)
     engine_attention(const pooler::u16* qkv, int qkv_stride, pooler::u16* att, int q_width, const unsigned char* kv,
-                     unsigned long long sequence_bytes, unsigned long long read_bytes, pooler::u32* sink) {
+                     unsigned long long sequence_bytes, unsigned long long read_bytes, pooler::u32* sink,
+                     unsigned long long* stamps) {
   using namespace engine_detail;
+  const Stamps stamp{stamps};
+  stamp.start();
   pdl_launch_dependents();
   pdl_wait();
+  stamp.waited();
   const unsigned long long row = blockIdx.y;
   for (int column = (static_cast<int>(blockIdx.x) * THREADS + static_cast<int>(threadIdx.x)) * 8; column < q_width;
        column += static_cast<int>(gridDim.x) * THREADS * 8) {
@@ -159,6 +188,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
   const unsigned long long first = static_cast<unsigned long long>(blockIdx.x) * ENGINE_CHUNK_BYTES;
   const unsigned long long bytes = read_bytes - first < ENGINE_CHUNK_BYTES ? read_bytes - first : ENGINE_CHUNK_BYTES;
   keep(stream_xor(kv + row * sequence_bytes + first, bytes / 16), sink);
+  stamp.end();
 }
 
 // Launch: grid (b), block (ROW_THREADS). h_out[r] = h_in[r] + partial[r] + the sum over p < peers <= 7 of
@@ -168,11 +198,14 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 extern "C" __global__ void __launch_bounds__(ROW_THREADS)
     engine_allreduce_norm(const pooler::u16* partial, const pooler::u16* peer_partials, int peers,
                           unsigned long long peer_stride, const pooler::u16* h_in, pooler::u16* h_out,
-                          const pooler::u16* gamma, pooler::u16* x, int early) {
+                          const pooler::u16* gamma, pooler::u16* x, int early, unsigned long long* stamps) {
   using namespace engine_detail;
   __shared__ float scratch[ROW_THREADS / 32];
+  const Stamps stamp{stamps};
+  stamp.start();
   if (early != 0) pdl_launch_dependents();
   pdl_wait();
+  stamp.waited();
   const unsigned long long row = blockIdx.x;
   // Every load of the row issued before any is used: one round trip to memory, not one per peer.
   u32 a[kRowVectors][4], c[kRowVectors][4], q[kMaxPeers][kRowVectors][4];
@@ -213,16 +246,20 @@ extern "C" __global__ void __launch_bounds__(ROW_THREADS)
     __syncthreads();
     pdl_launch_dependents();
   }
+  stamp.end();
 }
 
 // Launch: any grid and block of at most THREADS threads (the pooler GEMM's). Reads x (x_vectors
 // 16-byte vectors) and copies out_vectors 16-byte vectors of `precomputed` to `out`, grid-strided.
 extern "C" __global__ void __launch_bounds__(THREADS)
     engine_null(const pooler::u16* x, unsigned long long x_vectors, const pooler::U32x4* precomputed,
-                pooler::U32x4* out, unsigned long long out_vectors, pooler::u32* sink) {
+                pooler::U32x4* out, unsigned long long out_vectors, pooler::u32* sink, unsigned long long* stamps) {
   using namespace engine_detail;
+  const Stamps stamp{stamps};
+  stamp.start();
   pdl_launch_dependents();
   pdl_wait();
+  stamp.waited();
   const unsigned long long threads = static_cast<unsigned long long>(gridDim.x) * gridDim.y * blockDim.x;
   const unsigned long long id =
       (static_cast<unsigned long long>(blockIdx.y) * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x;
@@ -238,16 +275,19 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     ld_global_v4(precomputed + i, v);
     st_global_v4(out + i, v);
   }
+  stamp.end();
 }
 
 // Launch: grid (POOLED / ROUTER_ROWS), block (EXPERTS). CTA c: the partial logits of input columns
 // [c ROUTER_ROWS, (c + 1) ROUTER_ROWS): logits[c][r][e] = sum over k of in(r, k) * w[k][e]. in is the
 // pooler's output of this layer: nvfp4 != 0, packed [b, POOLED / 2] then scales [b, POOLED / 16]
 // (in(r, k) = the E2M1 value times scale byte / 64, a cheap decode); else BF16 normed [b, POOLED].
-extern "C" __global__ void __launch_bounds__(EXPERTS)
-    engine_router(const unsigned char* in, int nvfp4, const float* w, float* logits, int b) {
+extern "C" __global__ void __launch_bounds__(EXPERTS) engine_router(const unsigned char* in, int nvfp4, const float* w,
+                                                                    float* logits, int b, unsigned long long* stamps) {
   using namespace engine_detail;
   __shared__ float values[MAX_ROWS][ROUTER_ROWS];
+  const Stamps stamp{stamps};
+  stamp.start();
   pdl_launch_dependents();
   const int e = static_cast<int>(threadIdx.x);
   const int first = static_cast<int>(blockIdx.x) * ROUTER_ROWS;
@@ -255,6 +295,7 @@ extern "C" __global__ void __launch_bounds__(EXPERTS)
 #pragma unroll
   for (int k = 0; k < ROUTER_ROWS; ++k) weight[k] = __ldg(w + static_cast<unsigned long long>(first + k) * EXPERTS + e);
   pdl_wait();
+  stamp.waited();
   for (int t = e; t < b * ROUTER_ROWS; t += EXPERTS) {
     const int r = t / ROUTER_ROWS, k = first + t % ROUTER_ROWS;
     float value;
@@ -275,6 +316,7 @@ extern "C" __global__ void __launch_bounds__(EXPERTS)
     for (int k = 0; k < ROUTER_ROWS; ++k) sum += values[r][k] * weight[k];
     logits[(static_cast<unsigned long long>(blockIdx.x) * b + r) * EXPERTS + e] = sum;
   }
+  stamp.end();
 }
 
 // Launch: grid (count * chunks), block (THREADS), count = the layer's distinct experts and chunks =
@@ -283,10 +325,14 @@ extern "C" __global__ void __launch_bounds__(EXPERTS)
 // router's logits of that expert (the first row's partials).
 extern "C" __global__ void __launch_bounds__(THREADS)
     engine_experts(const float* logits, int logit_chunks, int b, const int* ids, int chunks,
-                   const unsigned char* experts, unsigned long long expert_bytes, pooler::u32* sink) {
+                   const unsigned char* experts, unsigned long long expert_bytes, pooler::u32* sink,
+                   unsigned long long* stamps) {
   using namespace engine_detail;
+  const Stamps stamp{stamps};
+  stamp.start();
   pdl_launch_dependents();
   pdl_wait();
+  stamp.waited();
   const int id = ids[blockIdx.x / static_cast<unsigned>(chunks)];
   const unsigned long long chunk = blockIdx.x % static_cast<unsigned>(chunks);
   float logit = 0.0f;
@@ -298,4 +344,5 @@ extern "C" __global__ void __launch_bounds__(THREADS)
       expert_bytes - first < ENGINE_CHUNK_BYTES ? expert_bytes - first : ENGINE_CHUNK_BYTES;
   const u32 acc = stream_xor(experts + static_cast<unsigned long long>(id) * expert_bytes + first, bytes / 16);
   keep(acc ^ float_as_bits(logit), sink);
+  stamp.end();
 }
