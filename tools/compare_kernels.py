@@ -21,7 +21,9 @@ NAME:VAR=VALUE sets an environment variable for one variant's runs, e.g. a rule'
 another build's bench for one variant, for a change of the host code (a rule, a shared-memory size):
 build the earlier commit elsewhere and compare `--bench-of old:DIR/build/tools/pooler-kernel-bench
 old=embedded now=embedded`. The
-default metric: fused_us (chain), marginal_fused_us (engine). Every run's JSON and log stay in --out.
+default metric: fused_us, in the engine too: a layer with the fused pooler. Its marginal latency
+(marginal_fused_us) subtracts each run's NULL layer, the same code for every variant, whose noise
+(up to 3 us at b <= 2) would enter the differences. Every run's JSON and log stay in --out.
 After each round but the last the table so far is printed too, so that a run cut short keeps its
 figures. Exits 1 when a run fails (its log's tail is printed) or a row's check is not "ok".
 """
@@ -123,7 +125,7 @@ def summarize(folder, metric=None, order=None):
     table, bad = {}, []
     for path in sorted(Path(folder).glob("*_r*.json")):
         mode, name = path.stem.split("_")[:2]
-        key = metric or ("marginal_fused_us" if mode == "engine" else "fused_us")
+        key = metric or "fused_us"
         for row in json.load(open(path))["rows"]:
             if not row.get("rule", True):
                 continue  # the chain's other weight paths
@@ -179,7 +181,7 @@ def self_test():
         bench.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
                          "out = sys.argv[sys.argv.index('--json') + 1]\n"
                          "rows = [{'tp': 8, 'b': 1, 'trigger': 'early', 'check': 'ok',\n"
-                         "         'marginal_fused_us': float(os.environ.get('FAKE_US', '3'))}]\n"
+                         "         'fused_us': float(os.environ.get('FAKE_US', '3')), 'marginal_fused_us': 9.0}]\n"
                          "json.dump({'rows': rows}, open(out, 'w'))\n")
         bench.chmod(0o755)
         args = argparse.Namespace(variants=["a=embedded", "b=embedded"], env=["b:FAKE_US=4"], bench_of=[],
