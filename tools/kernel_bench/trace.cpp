@@ -296,6 +296,9 @@ std::string summarize_engine_timeline(const std::vector<LayerStamps>& fused, con
     if (value > -1e8) columns[name][static_cast<std::size_t>(side)].push_back(value);
   };
   constexpr const char* kNames[kStampedKernels] = {"norm", "attention", "all-reduce", "X", "router", "experts"};
+  const std::vector<std::vector<const GemmTraceRecord*>> gemm_of = by_launch(gemm, launches);
+  std::vector<std::vector<const ConsumerTraceRecord*>> consumer_of(static_cast<std::size_t>(launches));
+  for (const ConsumerTraceRecord& r : consumer) consumer_of[static_cast<std::size_t>(r.launch)].push_back(&r);
   for (int layer = 2; layer < launches; ++layer) {
     for (int side = 0; side < 2; ++side) {
       const std::vector<LayerStamps>& stamps = side == 0 ? fused : null;
@@ -304,39 +307,37 @@ std::string summarize_engine_timeline(const std::vector<LayerStamps>& fused, con
       auto at = [&](unsigned long long ns) {
         return ns == 0 || ns == ~0ull ? -1e9 : (static_cast<double>(ns) - static_cast<double>(origin)) / 1e3;
       };
+      // X: NULL's stamps; the fused GEMM's first start, first wait (wait_ended) and last publish, then
+      // its consumer's first start, last read and last finish.
+      KernelStamps x = here[static_cast<std::size_t>(Stamped::x)];
+      std::array<double, 3> consumer_at{};  // the fused consumer's first start, last read, last finish
+      if (side == 0) {
+        const std::size_t launch = static_cast<std::size_t>(layer - 1);
+        x = KernelStamps{~0ull, wait_ended(gemm_of[launch], layer - 1), 0};
+        for (const GemmTraceRecord* r : gemm_of[launch]) {
+          x.start = std::min(x.start, r->ns[GemmTrace::kStart]);
+          x.end = std::max(x.end, r->ns[GemmTrace::kDone]);
+        }
+        unsigned long long first = ~0ull, read = 0, finished = 0;
+        for (const ConsumerTraceRecord* r : consumer_of[launch]) {
+          first = std::min(first, r->ns[static_cast<std::size_t>(ConsumerMark::start)]);
+          read = std::max(read, r->ns[static_cast<std::size_t>(ConsumerMark::read)]);
+          finished = std::max(finished, r->ns[static_cast<std::size_t>(ConsumerMark::finished)]);
+        }
+        consumer_at = {at(first), at(read), at(finished)};
+      }
       for (int k = 0; k < kStampedKernels; ++k) {
-        const KernelStamps& t = here[static_cast<std::size_t>(k)];
-        if (side == 0 && k == static_cast<int>(Stamped::x)) {
-          unsigned long long start = ~0ull, waited = ~0ull, published = 0, c_start = ~0ull, read = 0, finished = 0;
-          for (const GemmTraceRecord& r : gemm) {
-            if (r.launch != layer - 1) continue;
-            if (r.ns[GemmTrace::kStart] != 0) start = std::min(start, r.ns[GemmTrace::kStart]);
-            if (r.ns[GemmTrace::kWaited] != 0) waited = std::min(waited, r.ns[GemmTrace::kWaited]);
-            published = std::max(published, r.ns[GemmTrace::kDone]);
-          }
-          for (const ConsumerTraceRecord& r : consumer) {
-            if (r.launch != layer - 1) continue;
-            if (r.ns[0] != 0) c_start = std::min(c_start, r.ns[0]);
-            read = std::max(read, r.ns[static_cast<std::size_t>(ConsumerMark::read)]);
-            finished = std::max(finished, r.ns[static_cast<std::size_t>(ConsumerMark::finished)]);
-          }
-          put("X: GEMM / NULL start", side, at(start));
-          put("X: GEMM / NULL waited", side, at(waited));
-          put("X: GEMM published / NULL end", side, at(published));
-          put("consumer start (first CTA)", side, at(c_start));
-          put("consumer read (last CTA)", side, at(read));
-          put("consumer finished (last CTA)", side, at(finished));
-          continue;
+        const bool is_x = k == static_cast<int>(Stamped::x);
+        const KernelStamps& t = is_x ? x : here[static_cast<std::size_t>(k)];
+        const std::string name = is_x ? "X: GEMM / NULL" : kNames[k];
+        put(name + " start", side, at(t.start));
+        put(name + " waited", side, at(t.waited));
+        put(is_x ? "X: GEMM published / NULL end" : name + " end", side, at(t.end));
+        if (is_x && side == 0) {
+          put("consumer start (first CTA)", side, consumer_at[0]);
+          put("consumer read (last CTA)", side, consumer_at[1]);
+          put("consumer finished (last CTA)", side, consumer_at[2]);
         }
-        if (k == static_cast<int>(Stamped::x)) {
-          put("X: GEMM / NULL start", side, at(t.start));
-          put("X: GEMM / NULL waited", side, at(t.waited));
-          put("X: GEMM published / NULL end", side, at(t.end));
-          continue;
-        }
-        put(fmt::format("{} start", kNames[k]), side, at(t.start));
-        put(fmt::format("{} waited", kNames[k]), side, at(t.waited));
-        put(fmt::format("{} end", kNames[k]), side, at(t.end));
       }
       const LayerStamps& next = stamps[static_cast<std::size_t>(layer + 1)];
       put("next layer's norm start", side, at(next[static_cast<std::size_t>(Stamped::norm)].start));
