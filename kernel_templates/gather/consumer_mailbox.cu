@@ -181,11 +181,11 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16) pooler_consumer(const 
                                                      p.timeout_ns, snapshot, x);
   }
   trace.mark(consumer_trace::kRead, consumer_trace::Trace::fold(x));
-  trace.mark(consumer_trace::kArrived);
   if constexpr (POLLING && !TRIGGER_BEFORE_WAIT) pdl_launch_dependents();  // every CTA has its row
   // After a timeout, this call's or an earlier one's, the outputs are poison, not undefined; the
   // CTA decides as one, so that its row (or slice) is poisoned whole (docs/design/protocol.md, "Timeouts").
   const bool poisoned = __syncthreads_or(!read) != 0;
+  trace.mark(consumer_trace::kAllRead, poisoned ? 1u : 0u);  // every thread of the CTA has its columns
   if (poisoned) mailbox_poison16(x);
   if constexpr (NVFP4) out = output_row(p.out, row);
   __shared__ __align__(16) u32 stash_words[POOLED / 2];

@@ -9,9 +9,11 @@
 #include "trace_marks.cuh"
 
 namespace consumer_trace {
-enum Mark { kStart, kWaited, kRead, kArrived, kSummed, kNormed, kQuantized, kStored, kEndWaited, kFinished };
-// Marks a consumer does not pass are left 0: the BF16 consumer's kQuantized (it does not quantize),
-// and kEndWaited but in the polling consumer (the PDL wait at its end).
+enum Mark { kStart, kWaited, kRead, kAllRead, kSummed, kNormed, kQuantized, kStored, kEndWaited, kFinished };
+// kRead: thread 0 has its columns; kAllRead: every thread of the CTA has them (the poison barrier), so
+// the two tell how far apart the CTA's polls saw their peers' rows. Marks a consumer does not pass are
+// left 0: the BF16 consumer's kQuantized (it does not quantize), and kEndWaited but in the polling
+// consumer (the PDL wait at its end).
 constexpr int kMarks = 10;
 constexpr int kLaunches = 16;
 constexpr int kCtas = CAPACITY * pooler::kMaxRowCtas;       // the most CTAs of a launch

@@ -17,11 +17,11 @@ namespace pooler {
 // As the template's consumer_trace::Mark, kMarks and kLaunches.
 // A mark a consumer does not pass is 0: the BF16 consumer's quantized, and end_waited but in the
 // polling consumer (its PDL wait at the end).
-enum class ConsumerMark { start, waited, read, arrived, summed, normed, quantized, stored, end_waited, finished };
+enum class ConsumerMark { start, waited, read, all_read, summed, normed, quantized, stored, end_waited, finished };
 inline constexpr int kConsumerTraceMarks = 10;
 inline constexpr int kConsumerTraceLaunches = 16;
 inline constexpr const char* kConsumerMarkNames[kConsumerTraceMarks] = {
-    "start", "waited", "read", "arrived", "summed", "normed", "quantized", "stored", "end waited", "finished"};
+    "start", "waited", "read", "all read", "summed", "normed", "quantized", "stored", "end waited", "finished"};
 
 // Where a loaded trace form records: launches[cta] counts the launches CTA cta has started,
 // records[launch][cta] (capacity * kMaxConsumerRowCtas CTAs) holds a record of kConsumerTraceMarks marks
