@@ -25,10 +25,11 @@ double us(const GemmTraceRecord& r, int m, unsigned long long origin) {
   return (static_cast<double>(r.ns[static_cast<std::size_t>(m)]) - static_cast<double>(origin)) / 1e3;
 }
 
-// The GEMM records of each launch in [0, launches).
-std::vector<std::vector<const GemmTraceRecord*>> by_launch(const std::vector<GemmTraceRecord>& records, int launches) {
-  std::vector<std::vector<const GemmTraceRecord*>> out(static_cast<std::size_t>(launches));
-  for (const GemmTraceRecord& r : records) out[static_cast<std::size_t>(r.launch)].push_back(&r);
+// The records (GEMM or consumer) of each launch in [0, launches).
+template <class Record>
+std::vector<std::vector<const Record*>> by_launch(const std::vector<Record>& records, int launches) {
+  std::vector<std::vector<const Record*>> out(static_cast<std::size_t>(launches));
+  for (const Record& r : records) out[static_cast<std::size_t>(r.launch)].push_back(&r);
   return out;
 }
 
@@ -172,8 +173,7 @@ std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
                                   const std::vector<ConsumerTraceRecord>& consumer, int launches) {
   if (launches < 4) throw InvalidArgument(fmt::format("a trace summary needs at least 4 launches, not {}", launches));
   const std::vector<std::vector<const GemmTraceRecord*>> gemm_of = by_launch(gemm, launches);
-  std::vector<std::vector<const ConsumerTraceRecord*>> consumer_of(static_cast<std::size_t>(launches));
-  for (const ConsumerTraceRecord& r : consumer) consumer_of[static_cast<std::size_t>(r.launch)].push_back(&r);
+  const std::vector<std::vector<const ConsumerTraceRecord*>> consumer_of = by_launch(consumer, launches);
   auto waited = [&](int launch) { return wait_ended(gemm_of[static_cast<std::size_t>(launch)], launch); };
   auto last = [](std::vector<double> v) { return v.empty() ? -1.0 : *std::max_element(v.begin(), v.end()); };
   std::map<std::string, std::vector<double>> columns;  // name -> one value per steady layer
@@ -297,8 +297,7 @@ std::string summarize_engine_timeline(const std::vector<LayerStamps>& fused, con
   };
   constexpr const char* kNames[kStampedKernels] = {"norm", "attention", "all-reduce", "X", "router", "experts"};
   const std::vector<std::vector<const GemmTraceRecord*>> gemm_of = by_launch(gemm, launches);
-  std::vector<std::vector<const ConsumerTraceRecord*>> consumer_of(static_cast<std::size_t>(launches));
-  for (const ConsumerTraceRecord& r : consumer) consumer_of[static_cast<std::size_t>(r.launch)].push_back(&r);
+  const std::vector<std::vector<const ConsumerTraceRecord*>> consumer_of = by_launch(consumer, launches);
   for (int layer = 2; layer < launches; ++layer) {
     for (int side = 0; side < 2; ++side) {
       const std::vector<LayerStamps>& stamps = side == 0 ? fused : null;
