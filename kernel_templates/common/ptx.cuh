@@ -239,6 +239,16 @@ POOLER_DEVICE void st_async_f32(u32 address, float value, u32 barrier) {
                : "memory");
 }
 
+// Four consecutive floats (a 16-byte aligned address), counted as 16 bytes on the receiving CTA's
+// mbarrier when they land.
+POOLER_DEVICE void st_async_v4_f32(u32 address, const float (&v)[4], u32 barrier) {
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(address),
+      "r"(__float_as_uint(v[0])), "r"(__float_as_uint(v[1])), "r"(__float_as_uint(v[2])), "r"(__float_as_uint(v[3])),
+      "r"(barrier)
+      : "memory");
+}
+
 // One arrival and `bytes` of transactions make the mbarrier's phase 0.
 POOLER_DEVICE void mbarrier_expect_bytes(u32 barrier, u32 bytes) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(barrier) : "memory");

@@ -45,6 +45,18 @@ constexpr int kXBytes = kXInRegisters ? 0 : ROWS * kXPitch;
 constexpr int kReduceOffset = (kXBytes + 15) / 16 * 16;
 // The reduction buffer: [kPartials][ROWS][kOwnedPitch] floats (only the ROWS rows of a batch tile that exist).
 constexpr int kReduceBytes = kPartials * ROWS * kOwnedPitch * 4;
+// Local first (the async reduction): each CTA sums its WARPS_K warps' partials of every column in
+// shared memory, a subtree of the fixed order (WARPS_K divides 8), then sends the owner one partial
+// per column, 4 columns per st.async; the owner sums SPLIT_K. Both buffers lie in the reduction
+// buffer's bytes: [SPLIT_K][ROWS][kOwnedPitch] received, then [WARPS_K][ROWS][kLocalPitch] local
+// (a pitch of 4 (mod 32) floats: the warps' stores are conflict-free).
+constexpr int kLocalPitch = (kColumnsPerCta + 31) / 32 * 32 + 4;
+constexpr int kReceivedBytes = (SPLIT_K * ROWS * kOwnedPitch * 4 + 15) / 16 * 16;
+constexpr int kLocalOffset = kReduceOffset + kReceivedBytes;
+constexpr int kLocalBytes = WARPS_K * ROWS * kLocalPitch * 4;
+constexpr bool kLocalFirst = ASYNC_REDUCE == 1 && WARPS_K > 1 && 8 % WARPS_K == 0 && kOwned % 4 == 0 &&
+                             kOwnedPitch % 4 == 0 && kReceivedBytes + kLocalBytes <= kReduceBytes;
+constexpr int kSentPartials = kLocalFirst ? SPLIT_K : kPartials;  // partials of a column sent to its owner
 // The ring (STAGES >= 1), per warp.
 constexpr int kWarpRows = 16 * TILES;
 constexpr int kChunkK = 32 * K_UNROLL;
@@ -121,26 +133,39 @@ __device__ __forceinline__ void mma_tile(float (&acc)[kBatchTiles][2][4], const 
   }
 }
 
-// The kPartials partials of one output (stride apart in shared memory) in a fixed order: trees of
-// eight consecutive partials, the trees added in order. why: docs/design/gemm.md, "Split-K over a cluster".
-__device__ __forceinline__ float sum_partials(const float* slot, int stride) {
+// kCount values (stride apart in shared memory) as trees of kTree consecutive values, the trees added
+// in order.
+template <int kCount, int kTree>
+__device__ __forceinline__ float sum_in_trees(const float* slot, int stride) {
   float sum = 0.0f;
 #pragma unroll
-  for (int first = 0; first < kPartials; first += 8) {
-    const int count = kPartials - first < 8 ? kPartials - first : 8;  // a constant once unrolled
-    float v[8];
+  for (int first = 0; first < kCount; first += kTree) {
+    const int count = kCount - first < kTree ? kCount - first : kTree;  // a constant once unrolled
+    float v[kTree];
 #pragma unroll
-    for (int p = 0; p < 8; ++p) v[p] = p < count ? slot[(first + p) * stride] : 0.0f;
+    for (int p = 0; p < kTree; ++p) v[p] = p < count ? slot[(first + p) * stride] : 0.0f;
 #pragma unroll
-    for (int width = 1; width < 8; width *= 2) {
+    for (int width = 1; width < kTree; width *= 2) {
 #pragma unroll
-      for (int p = 0; p + width < 8; p += 2 * width) {
+      for (int p = 0; p + width < kTree; p += 2 * width) {
         if (p + width < count) v[p] += v[p + width];
       }
     }
     sum = first == 0 ? v[0] : sum + v[0];
   }
   return sum;
+}
+
+// The partials of one output in a fixed order: the kPartials partials (p = split * WARPS_K + warp_k) as
+// trees of eight consecutive partials, the trees added in order. Local first, the owner receives each
+// split's subtree of WARPS_K already summed: trees of 8 / WARPS_K of them, the same bits.
+// why: docs/design/gemm.md, "Split-K over a cluster".
+__device__ __forceinline__ float sum_partials(const float* slot, int stride) {
+  if constexpr (kLocalFirst) {
+    return sum_in_trees<SPLIT_K, 8 / WARPS_K>(slot, stride);
+  } else {
+    return sum_in_trees<kPartials, 8>(slot, stride);
+  }
 }
 
 // One warp's ring: chunk c to stage c % STAGES, one commit group per chunk. Exactly one group
@@ -206,7 +231,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // Before any load: the mbarrier init's release fence would wait for earlier ones.
   const u32 barrier = pooler::shared_address(smem + kBarrierOffset);
   if constexpr (ASYNC_REDUCE) {
-    if (thread_x == 0 && split < kOwners) pooler::mbarrier_expect_bytes(barrier, kPartials * ROWS * kOwned * 4);
+    if (thread_x == 0 && split < kOwners) pooler::mbarrier_expect_bytes(barrier, kSentPartials * ROWS * kOwned * 4);
   }
   const unsigned long long policy = pooler::l2_evict_first_policy();
   // The launch's ticket (below, after the prologue's loads: issued ahead of them, it delayed the ring's
@@ -440,9 +465,58 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // Partial p of column col, row r: rank col / kOwned, reduce[(p * ROWS + r) * kOwnedPitch + col % kOwned].
   float* reduce = reinterpret_cast<float*>(smem + kReduceOffset);
   const int partial = split * WARPS_K + warp_k;
-  if constexpr (SPLIT_K > 1) pooler::cluster_wait_acquire();  // phase 1: every peer has started
+  if constexpr (kLocalFirst) {
+    // This CTA's subtree of every column first (its warps' partials), then one partial per column to
+    // its owner, 4 columns a store.
+    float* local = reinterpret_cast<float*>(smem + kLocalOffset);
 #pragma unroll
-  for (int t = 0; t < TILES; ++t) {
+    for (int t = 0; t < TILES; ++t) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int column = warp_column + 16 * t + g + 8 * half;
+#pragma unroll
+        for (int b = 0; b < kBatchTiles; ++b) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const int r = 8 * b + 2 * q + e;
+            if (r < ROWS) local[(warp_k * ROWS + r) * kLocalPitch + column] = partial_sum[t][b][2 * half + e];
+          }
+        }
+      }
+    }
+    __syncthreads();
+    pooler::cluster_wait_acquire();  // phase 1: every peer has started
+    constexpr int kQuads = kColumnsPerCta / 4;
+    for (int i = static_cast<int>(thread_x); i < ROWS * kQuads; i += kThreads) {
+      const int r = i / kQuads;
+      const int column = 4 * (i % kQuads);
+      float v[WARPS_K][4];
+#pragma unroll
+      for (int k = 0; k < WARPS_K; ++k) {
+        const float4 word = *reinterpret_cast<const float4*>(local + (k * ROWS + r) * kLocalPitch + column);
+        v[k][0] = word.x;
+        v[k][1] = word.y;
+        v[k][2] = word.z;
+        v[k][3] = word.w;
+      }
+      // sum_in_trees's tree over WARPS_K partials (a power of two), per column.
+#pragma unroll
+      for (int width = 1; width < WARPS_K; width *= 2) {
+#pragma unroll
+        for (int p = 0; p + width < WARPS_K; p += 2 * width) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) v[p][c] += v[p + width][c];
+        }
+      }
+      const int owner = column / kOwned;
+      float* slot = reduce + (split * ROWS + r) * kOwnedPitch + column % kOwned;
+      pooler::st_async_v4_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)), v[0],
+                              pooler::map_to_rank(barrier, static_cast<u32>(owner)));
+    }
+  }
+  if constexpr (SPLIT_K > 1 && !kLocalFirst) pooler::cluster_wait_acquire();  // phase 1: every peer has started
+#pragma unroll
+  for (int t = 0; t < (kLocalFirst ? 0 : TILES); ++t) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int column = warp_column + 16 * t + g + 8 * half;  // accumulator rows g, g+8 = w rows
