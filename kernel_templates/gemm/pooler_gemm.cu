@@ -133,6 +133,19 @@ __device__ __forceinline__ void mma_tile(float (&acc)[kBatchTiles][2][4], const 
   }
 }
 
+// The fixed order's tree: the first `count` of kTree values (kTree a power of two) summed pairwise,
+// neighbours first, into v[0]. The owner's sums and a CTA's local-first subtrees both add this way.
+template <int kTree>
+__device__ __forceinline__ void add_tree(float (&v)[kTree], int count) {
+#pragma unroll
+  for (int width = 1; width < kTree; width *= 2) {
+#pragma unroll
+    for (int p = 0; p + width < kTree; p += 2 * width) {
+      if (p + width < count) v[p] += v[p + width];
+    }
+  }
+}
+
 // kCount values (stride apart in shared memory) as trees of kTree consecutive values, the trees added
 // in order.
 template <int kCount, int kTree>
@@ -144,13 +157,7 @@ __device__ __forceinline__ float sum_in_trees(const float* slot, int stride) {
     float v[kTree];
 #pragma unroll
     for (int p = 0; p < kTree; ++p) v[p] = p < count ? slot[(first + p) * stride] : 0.0f;
-#pragma unroll
-    for (int width = 1; width < kTree; width *= 2) {
-#pragma unroll
-      for (int p = 0; p + width < kTree; p += 2 * width) {
-        if (p + width < count) v[p] += v[p + width];
-      }
-    }
+    add_tree<kTree>(v, count);
     sum = first == 0 ? v[0] : sum + v[0];
   }
   return sum;
@@ -462,9 +469,8 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   pooler::MailboxPublish publish{0u, false};
   if constexpr (kPublish) publish = pooler::mailbox_begin_publish(state, ticket);
 
-  // Partial p of column col, row r: rank col / kOwned, reduce[(p * ROWS + r) * kOwnedPitch + col % kOwned].
+  // What an owner receives: [kSentPartials][ROWS][kOwnedPitch] floats.
   float* reduce = reinterpret_cast<float*>(smem + kReduceOffset);
-  const int partial = split * WARPS_K + warp_k;
   if constexpr (kLocalFirst) {
     // This CTA's subtree of every column first (its warps' partials), then one partial per column to
     // its owner, 4 columns a store.
@@ -490,54 +496,56 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     for (int i = static_cast<int>(thread_x); i < ROWS * kQuads; i += kThreads) {
       const int r = i / kQuads;
       const int column = 4 * (i % kQuads);
-      float v[WARPS_K][4];
+      float v[4][WARPS_K];  // column c's WARPS_K partials
 #pragma unroll
       for (int k = 0; k < WARPS_K; ++k) {
         const float4 word = *reinterpret_cast<const float4*>(local + (k * ROWS + r) * kLocalPitch + column);
-        v[k][0] = word.x;
-        v[k][1] = word.y;
-        v[k][2] = word.z;
-        v[k][3] = word.w;
+        v[0][k] = word.x;
+        v[1][k] = word.y;
+        v[2][k] = word.z;
+        v[3][k] = word.w;
       }
-      // sum_in_trees's tree over WARPS_K partials (a power of two), per column.
+      float sums[4];
 #pragma unroll
-      for (int width = 1; width < WARPS_K; width *= 2) {
-#pragma unroll
-        for (int p = 0; p + width < WARPS_K; p += 2 * width) {
-#pragma unroll
-          for (int c = 0; c < 4; ++c) v[p][c] += v[p + width][c];
-        }
+      for (int c = 0; c < 4; ++c) {
+        add_tree<WARPS_K>(v[c], WARPS_K);
+        sums[c] = v[c][0];
       }
       const int owner = column / kOwned;
       float* slot = reduce + (split * ROWS + r) * kOwnedPitch + column % kOwned;
-      pooler::st_async_v4_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)), v[0],
+      pooler::st_async_v4_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)), sums,
                               pooler::map_to_rank(barrier, static_cast<u32>(owner)));
     }
-  }
-  if constexpr (SPLIT_K > 1 && !kLocalFirst) pooler::cluster_wait_acquire();  // phase 1: every peer has started
+  } else {
+    // Every warp's partial p = split * WARPS_K + warp_k of column col, row r straight to its owner
+    // (rank col / kOwned of the cluster), at reduce[(p * ROWS + r) * kOwnedPitch + col % kOwned].
+    const int partial = split * WARPS_K + warp_k;
+    if constexpr (SPLIT_K > 1) pooler::cluster_wait_acquire();  // phase 1: every peer has started
 #pragma unroll
-  for (int t = 0; t < (kLocalFirst ? 0 : TILES); ++t) {
+    for (int t = 0; t < TILES; ++t) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int column = warp_column + 16 * t + g + 8 * half;  // accumulator rows g, g+8 = w rows
-      const int owner = column / kOwned;
-      const int owned = column % kOwned;
+      for (int half = 0; half < 2; ++half) {
+        const int column = warp_column + 16 * t + g + 8 * half;  // accumulator rows g, g+8 = w rows
+        const int owner = column / kOwned;
+        const int owned = column % kOwned;
 #pragma unroll
-      for (int b = 0; b < kBatchTiles; ++b) {
+        for (int b = 0; b < kBatchTiles; ++b) {
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int r = 8 * b + 2 * q + e;  // accumulator columns 2q, 2q+1 = batch rows
-          if (r < ROWS) {
-            float* slot = reduce + (partial * ROWS + r) * kOwnedPitch + owned;
-            if constexpr (ASYNC_REDUCE) {
-              pooler::st_async_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)),
-                                   partial_sum[t][b][2 * half + e],
-                                   pooler::map_to_rank(barrier, static_cast<u32>(owner)));
-            } else if constexpr (SPLIT_K > 1) {
-              pooler::st_shared_cluster_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)),
-                                            partial_sum[t][b][2 * half + e]);
-            } else {
-              *slot = partial_sum[t][b][2 * half + e];
+          for (int e = 0; e < 2; ++e) {
+            const int r = 8 * b + 2 * q + e;  // accumulator columns 2q, 2q+1 = batch rows
+            if (r < ROWS) {
+              float* slot = reduce + (partial * ROWS + r) * kOwnedPitch + owned;
+              if constexpr (ASYNC_REDUCE) {
+                pooler::st_async_f32(pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)),
+                                     partial_sum[t][b][2 * half + e],
+                                     pooler::map_to_rank(barrier, static_cast<u32>(owner)));
+              } else if constexpr (SPLIT_K > 1) {
+                pooler::st_shared_cluster_f32(
+                    pooler::map_to_rank(pooler::shared_address(slot), static_cast<u32>(owner)),
+                    partial_sum[t][b][2 * half + e]);
+              } else {
+                *slot = partial_sum[t][b][2 * half + e];
+              }
             }
           }
         }
