@@ -299,6 +299,24 @@ TEST(Exhaustive, E2m1EncodeAllFloats) {
   EXPECT_EQ(m.count, 0u) << std::hex << "first mismatch at 0x" << m.first;
 }
 
+// norm.cuh's rms_inverse takes the mean as mul.rn(total, 1 / P) where P is a power of two: the same
+// correctly rounded value as div.rn(total, P) (decision 0038). The host's IEEE float arithmetic rounds
+// both as the GPU's .rn instructions do (no flush), so this checks the premise on every total; every
+// power of two scales alike.
+TEST(Exhaustive, MeanByReciprocalEqualsDivisionAtPowerOfTwoWidths) {
+  const Mismatches m = over_all_floats([](std::uint32_t bits) {
+    const float total = from_bits(bits);
+    bool same = true;
+    for (const int width : {512, 4096, 16384}) {  // the narrowest, Muse Spark's, the widest
+      const float quotient = total / static_cast<float>(width);
+      const float product = total * (1.0f / static_cast<float>(width));
+      same = same && (to_bits(quotient) == to_bits(product) || (std::isnan(quotient) && std::isnan(product)));
+    }
+    return same;
+  });
+  EXPECT_EQ(m.count, 0u) << std::hex << "first mismatch at 0x" << m.first;
+}
+
 // ---- the reference's operations ------------------------------------------------------
 
 TEST(ReferenceGemm, SmallByHand) {

@@ -79,10 +79,14 @@ POOLER_DEVICE float cta_sum(float v, float* partials) {
   return total;
 }
 
-// 1 / sqrt(mean square + eps) of a row of POOLED values, from the CTA total.
+// 1 / sqrt(mean square + eps) of a row of POOLED values, from the CTA total. For a power-of-two
+// width the mean is a product by its exact reciprocal: the same correctly rounded value as div.rn
+// (no flush either way), without div.rn's slow-path subroutine, whose call made ptxas spill.
 template <int POOLED_WIDTH>
 POOLER_DEVICE float rms_inverse(float total, float eps) {
-  const float var = div_rn(total, static_cast<float>(POOLED_WIDTH));
+  constexpr bool kPowerOfTwo = (POOLED_WIDTH & (POOLED_WIDTH - 1)) == 0;
+  const float var = kPowerOfTwo ? mul_rn(total, 1.0f / static_cast<float>(POOLED_WIDTH))
+                                : div_rn(total, static_cast<float>(POOLED_WIDTH));
   return rsqrt_approx(add_rn(var, eps));
 }
 
