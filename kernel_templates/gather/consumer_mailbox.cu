@@ -10,8 +10,9 @@
 // "The polling consumer"), TRACE
 // (1: consumer_trace.cuh records when each CTA passes each step).
 // Arguments: one ConsumerParams (consumer_params.cuh, shared with the host launcher).
-// Launch: grid (b * row_ctas), block (POOLED / 16); CTA i reads row i / row_ctas, thread t columns
-// [16 t, 16 t + 16) of it (row_split.cuh). Every rank must launch the same grid. Outputs are
+// Launch: grid (b * row_ctas), block (POOLED / 16), through the entry of that row split,
+// pooler_consumer_r{1,2,4,8} (each holds only its own store path); CTA i reads row i / row_ctas,
+// thread t columns [16 t, 16 t + 16) of it (row_split.cuh). Every rank must launch the same grid. Outputs are
 // poison after a timeout, this call's or an earlier one's (protocol.md, "Timeouts").
 #include "consumer_params.cuh"
 #include "mailbox.cuh"
@@ -130,16 +131,21 @@ POOLER_DEVICE void store_slice(const Bf16Row& out, const StashedRow<POOLED>& sta
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(POOLED / 16) pooler_consumer(const pooler::ConsumerParams<Output> p) {
+namespace {
+
+// The consumer with kRowCtas CTAs a row.
+template <int kRowCtas>
+__device__ __forceinline__ void consume(const pooler::ConsumerParams<Output>& p) {
   using namespace pooler;
-  const RowSlice split = row_slice<POOLED>(p.row_ctas);
+  static_assert(kRowCtas == 1 || kRowCtas == 2 || kRowCtas == 4 || kRowCtas == 8, "1, 2, 4 or 8 CTAs a row");
+  const RowSlice split = row_slice<POOLED>(kRowCtas);
   const u32 column = threadIdx.x * 16u;
   const u32 row = split.row;
   consumer_trace::Trace trace;
   trace.start();
   // Model parameters no kernel of a call writes: before the PDL wait.
   u32 w[8];
-  if (split.ctas == 1u) {
+  if constexpr (kRowCtas == 1) {
     ld_global_16xbf16(p.weight + column, w);
   } else {
     ld_slice_words(p.weight, split, w);
@@ -190,17 +196,13 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16) pooler_consumer(const 
   if constexpr (NVFP4) out = output_row(p.out, row);
   __shared__ __align__(16) u32 stash_words[POOLED / 2];
   const StashedRow<POOLED> stash{stash_words};
-  if (split.ctas != 1u) stash.put16(x);  // read back after row_rms_inverse16's barrier
+  if constexpr (kRowCtas != 1) stash.put16(x);  // read back after row_rms_inverse16's barrier
   // One call site of the norm's division: its slow path is a subroutine (a second call spills).
   const float inv = row_rms_inverse16<POOLED>(x, EPS, trace);
-  if (split.ctas == 1u) {
+  if constexpr (kRowCtas == 1) {
     store_own16(out, x, w, inv, gs, poisoned, trace);
-  } else if (split.ctas == 2u) {
-    store_slice<4>(out, stash, split, w, inv, gs, poisoned, trace);
-  } else if (split.ctas == 4u) {
-    store_slice<2>(out, stash, split, w, inv, gs, poisoned, trace);
   } else {
-    store_slice<1>(out, stash, split, w, inv, gs, poisoned, trace);
+    store_slice<8 / kRowCtas>(out, stash, split, w, inv, gs, poisoned, trace);
   }
   trace.mark(consumer_trace::kStored);
   // A polling consumer's completion implies the previous kernel's, as a waiting one's does, and
@@ -209,6 +211,22 @@ extern "C" __global__ void __launch_bounds__(POOLED / 16) pooler_consumer(const 
     pdl_wait();
     trace.mark(consumer_trace::kEndWaited);
   }
-  mailbox_finish16<TP, CAPACITY, kShardWidth, POLLING == 1>(p.mailbox, p.state, snapshot, row, column, split.ctas);
+  mailbox_finish16<TP, CAPACITY, kShardWidth, POLLING == 1>(p.mailbox, p.state, snapshot, row, column, kRowCtas);
   trace.mark(consumer_trace::kFinished);
 }
+
+}  // namespace
+
+// One entry per row split (runtime/gather/gather_kernels.hpp: kConsumerEntries): each holds only
+// its own store path and branches on none. The second bound caps every width at 64 registers (a CTA
+// of up to 1024 threads, as the single entry had); with the first alone ptxas spilled in r1 and r8.
+#define POOLER_CONSUMER_ENTRY(kRowCtas)                                     \
+  extern "C" __global__ void __launch_bounds__(POOLED / 16, 16384 / POOLED) \
+      pooler_consumer_r##kRowCtas(const pooler::ConsumerParams<Output> p) { \
+    consume<kRowCtas>(p);                                                   \
+  }
+POOLER_CONSUMER_ENTRY(1)
+POOLER_CONSUMER_ENTRY(2)
+POOLER_CONSUMER_ENTRY(4)
+POOLER_CONSUMER_ENTRY(8)
+#undef POOLER_CONSUMER_ENTRY

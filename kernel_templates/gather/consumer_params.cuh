@@ -35,10 +35,9 @@ struct ConsumerParams {
   int rank;                       // this rank
   int layer;                      // the caller's layer: only into a TimeoutRecord
   unsigned long long timeout_ns;  // how long a poll waits for a peer's row
-  unsigned row_ctas;              // CTAs per row: 1, 2, 4 or 8 (row_split.cuh)
 };
 
-static_assert(sizeof(ConsumerParams<ConsumerNvfp4Out>) == 80, "ConsumerParams is shared with the host");
-static_assert(sizeof(ConsumerParams<ConsumerBf16Out>) == 72, "ConsumerParams is shared with the host");
+static_assert(sizeof(ConsumerParams<ConsumerNvfp4Out>) == 72, "ConsumerParams is shared with the host");
+static_assert(sizeof(ConsumerParams<ConsumerBf16Out>) == 64, "ConsumerParams is shared with the host");
 
 }  // namespace pooler

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// row_split.cuh: a consumer row over 1, 2, 4 or 8 CTAs (the kernels' row_ctas argument; why:
+// row_split.cuh: a consumer row over 1, 2, 4 or 8 CTAs (the entry of the split, pooler_consumer_r{1,2,4,8}; why:
 // docs/design/protocol.md, "A row over several CTAs"). Every CTA of a row reads and sums the whole
 // row, thread t its 16 columns [16 t, 16 t + 16), so every CTA holds the same total, bit for bit.
 // Then CTA part p of the row norms (and quantizes) only the columns [p P / k, (p + 1) P / k): thread
@@ -23,7 +23,7 @@ struct RowSlice {
   u32 first;  // this thread's first column of its CTA's slice (ctas > 1)
 };
 
-// The launcher checks that row_ctas is 1, 2, 4 or 8: a block's 16 columns over row_ctas lanes.
+// row_ctas is the entry's constant, 1, 2, 4 or 8: a block's 16 columns over row_ctas lanes.
 template <int kPooled>
 POOLER_DEVICE RowSlice row_slice(u32 row_ctas) {
   const u32 shift = static_cast<u32>(__ffs(static_cast<int>(row_ctas)) - 1);

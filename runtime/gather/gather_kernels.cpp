@@ -3,7 +3,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <iterator>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -85,21 +88,39 @@ namespace {
 
 // A form over the mailbox layout: every such template takes POOLED, TP and
 // CAPACITY, checked here once for all of them.
-Form mailbox_form(const char* caller, const std::string& name, const char* file, const char* entry, int pooled, int tp,
-                  int capacity) {
+Form mailbox_form(const char* caller, const std::string& name, const char* file, std::vector<std::string> entries,
+                  int pooled, int tp, int capacity) {
   check_pooled_width(caller, pooled);
   check_tensor_parallel(caller, tp);
   check_capacity(caller, capacity);
-  return Form(name, file, {entry}).set("POOLED", pooled).set("TP", tp).set("CAPACITY", capacity);
+  return Form(name, file, std::move(entries)).set("POOLED", pooled).set("TP", tp).set("CAPACITY", capacity);
+}
+
+// The index into kConsumerEntries of 1, 2, 4 or 8 CTAs a row.
+int row_split_index(const char* caller, int row_ctas) {
+  switch (row_ctas) {
+    case 1:
+      return 0;
+    case 2:
+      return 1;
+    case 4:
+      return 2;
+    case 8:
+      return 3;
+    default:
+      throw InvalidArgument(fmt::format("{}: row_ctas = {}; expected 1, 2, 4 or 8", caller, row_ctas));
+  }
 }
 
 }  // namespace
 
 Form publish_form(int pooled, int tp, int capacity) {
-  return mailbox_form("publish_form", shape_name("pooler_publish", pooled, tp, capacity), "publish.cu", kPublishEntry,
+  return mailbox_form("publish_form", shape_name("pooler_publish", pooled, tp, capacity), "publish.cu", {kPublishEntry},
                       pooled, tp, capacity)
       .set("THREADS", kPublishThreads);
 }
+
+const char* consumer_entry(int row_ctas) { return kConsumerEntries[row_split_index("consumer_entry", row_ctas)]; }
 
 const char* to_string(ConsumerOutput output) { return output == ConsumerOutput::bf16 ? "bf16" : "nvfp4"; }
 
@@ -119,7 +140,9 @@ Form ConsumerSpec::form() const {
   }
   check_norm_constants(what.c_str(), norm.eps, norm.gain_center);
   const bool early = trigger == ConsumerTrigger::before_wait || trigger == ConsumerTrigger::polling_early;
-  return mailbox_form(what.c_str(), name(), "consumer_mailbox.cu", kConsumerEntry, pooled, tp, capacity)
+  return mailbox_form(what.c_str(), name(), "consumer_mailbox.cu",
+                      std::vector<std::string>(std::begin(kConsumerEntries), std::end(kConsumerEntries)), pooled, tp,
+                      capacity)
       .set("EPS", norm.eps)
       .set("GAIN_CENTER", norm.gain_center)
       .set("NVFP4", output == ConsumerOutput::nvfp4 ? 1 : 0)
@@ -216,7 +239,7 @@ ConsumerLauncher::ConsumerLauncher(const ConsumerSpec& spec, const LoadedForm& f
     throw InvalidArgument(
         fmt::format("ConsumerLauncher: the loaded form is {}; expected a form named {}", form.form(), expected));
   }
-  kernel_ = form.kernel(kConsumerEntry);
+  for (int ctas : {1, 2, 4, 8}) kernels_[row_split_index("ConsumerLauncher", ctas)] = form.kernel(consumer_entry(ctas));
   check_rank("ConsumerLauncher", rank, spec.tp);
   check_binding("ConsumerLauncher", mailbox);
   if (row_ctas_.rows() != 0 && row_ctas_.rows() < spec.capacity) {
@@ -245,8 +268,7 @@ void ConsumerLauncher::launch_with(CUstream stream, CUdeviceptr weight, const Ou
   params.rank = rank_;
   params.layer = layer;
   params.timeout_ns = timeout_ns_;
-  params.row_ctas = static_cast<unsigned>(ctas);
-  kernel_(stream, spec_.launch_shape(b, ctas, pdl), params);
+  kernels_[row_split_index("ConsumerLauncher::launch", ctas)](stream, spec_.launch_shape(b, ctas, pdl), params);
 }
 
 void ConsumerLauncher::launch(CUstream stream, CUdeviceptr weight, const Nvfp4Outputs& out, int b, int layer,

@@ -26,7 +26,9 @@
 namespace pooler {
 
 inline constexpr const char* kPublishEntry = "pooler_publish";
-inline constexpr const char* kConsumerEntry = "pooler_consumer";
+// The mailbox consumer's entries, one per row split of 1, 2, 4 and 8 CTAs (consumer_entry).
+inline constexpr const char* kConsumerEntries[] = {"pooler_consumer_r1", "pooler_consumer_r2", "pooler_consumer_r4",
+                                                   "pooler_consumer_r8"};
 inline constexpr const char* kStockNormEntry = "pooler_stock_norm";
 inline constexpr const char* kStockQuantizeEntry = "pooler_stock_quantize";
 
@@ -40,6 +42,9 @@ inline constexpr int kPublishThreads = 128;
 // gone: decision 0012.)
 // "after_wait", "before_wait", "polling" or "polling_early", as POOLER_CONSUMER_TRIGGER spells them.
 const char* to_string(ConsumerTrigger trigger);
+
+// The mailbox consumer's entry for row_ctas CTAs a row (1, 2, 4 or 8; InvalidArgument otherwise).
+const char* consumer_entry(int row_ctas);
 
 // ---- forms ------------------------------------------------------------------------
 // Each throws InvalidArgument naming the bad value and what was expected: P,
@@ -106,7 +111,7 @@ class ConsumerLauncher {
                    bool pdl) const;
 
   ConsumerSpec spec_;
-  Kernel kernel_;
+  Kernel kernels_[4];  // by row split: 1, 2, 4, 8 CTAs a row
   int rank_;
   MailboxBinding mailbox_;
   unsigned long long timeout_ns_;
