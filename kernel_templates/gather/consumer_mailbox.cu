@@ -129,14 +129,9 @@ POOLER_DEVICE void store_slice(const Bf16Row& out, const StashedRow<POOLED>& sta
   st_global_words<kWords>(out.normed + split.first, y);
 }
 
-}  // namespace
-
-namespace {
-
-// The consumer with kRowCtas CTAs a row.
+// The consumer with kRowCtas CTAs a row (the entries below).
 template <int kRowCtas>
 __device__ __forceinline__ void consume(const pooler::ConsumerParams<Output>& p) {
-  using namespace pooler;
   static_assert(kRowCtas == 1 || kRowCtas == 2 || kRowCtas == 4 || kRowCtas == 8, "1, 2, 4 or 8 CTAs a row");
   const RowSlice split = row_slice<POOLED>(kRowCtas);
   const u32 column = threadIdx.x * 16u;
