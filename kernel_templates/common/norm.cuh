@@ -81,7 +81,7 @@ POOLER_DEVICE float cta_sum(float v, float* partials) {
 
 // 1 / sqrt(mean square + eps) of a row of POOLED values, from the CTA total. For a power-of-two
 // width the mean is a product by its exact reciprocal: the same correctly rounded value as div.rn
-// (no flush either way), without div.rn's slow-path subroutine, whose call made ptxas spill.
+// (no flush either way), without div.rn's slow-path subroutine (decision 0038).
 template <int POOLED_WIDTH>
 POOLER_DEVICE float rms_inverse(float total, float eps) {
   constexpr bool kPowerOfTwo = (POOLED_WIDTH & (POOLED_WIDTH - 1)) == 0;

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "runtime/gather/gather_kernels.hpp"
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <iterator>
@@ -96,21 +97,8 @@ Form mailbox_form(const char* caller, const std::string& name, const char* file,
   return Form(name, file, std::move(entries)).set("POOLED", pooled).set("TP", tp).set("CAPACITY", capacity);
 }
 
-// The index into kConsumerEntries of 1, 2, 4 or 8 CTAs a row.
-int row_split_index(const char* caller, int row_ctas) {
-  switch (row_ctas) {
-    case 1:
-      return 0;
-    case 2:
-      return 1;
-    case 4:
-      return 2;
-    case 8:
-      return 3;
-    default:
-      throw InvalidArgument(fmt::format("{}: row_ctas = {}; expected 1, 2, 4 or 8", caller, row_ctas));
-  }
-}
+// The index into kConsumerEntries of row_ctas = 1, 2, 4 or 8 (RowCtas holds no other value).
+int entry_index(int row_ctas) { return std::countr_zero(static_cast<unsigned>(row_ctas)); }
 
 }  // namespace
 
@@ -120,7 +108,12 @@ Form publish_form(int pooled, int tp, int capacity) {
       .set("THREADS", kPublishThreads);
 }
 
-const char* consumer_entry(int row_ctas) { return kConsumerEntries[row_split_index("consumer_entry", row_ctas)]; }
+const char* consumer_entry(int row_ctas) {
+  if (row_ctas != 1 && row_ctas != 2 && row_ctas != 4 && row_ctas != 8) {
+    throw InvalidArgument(fmt::format("consumer_entry: row_ctas = {}; expected 1, 2, 4 or 8", row_ctas));
+  }
+  return kConsumerEntries[entry_index(row_ctas)];
+}
 
 const char* to_string(ConsumerOutput output) { return output == ConsumerOutput::bf16 ? "bf16" : "nvfp4"; }
 
@@ -239,7 +232,7 @@ ConsumerLauncher::ConsumerLauncher(const ConsumerSpec& spec, const LoadedForm& f
     throw InvalidArgument(
         fmt::format("ConsumerLauncher: the loaded form is {}; expected a form named {}", form.form(), expected));
   }
-  for (int ctas : {1, 2, 4, 8}) kernels_[row_split_index("ConsumerLauncher", ctas)] = form.kernel(consumer_entry(ctas));
+  for (std::size_t i = 0; i < std::size(kConsumerEntries); ++i) kernels_[i] = form.kernel(kConsumerEntries[i]);
   check_rank("ConsumerLauncher", rank, spec.tp);
   check_binding("ConsumerLauncher", mailbox);
   if (row_ctas_.rows() != 0 && row_ctas_.rows() < spec.capacity) {
@@ -268,7 +261,7 @@ void ConsumerLauncher::launch_with(CUstream stream, CUdeviceptr weight, const Ou
   params.rank = rank_;
   params.layer = layer;
   params.timeout_ns = timeout_ns_;
-  kernels_[row_split_index("ConsumerLauncher::launch", ctas)](stream, spec_.launch_shape(b, ctas, pdl), params);
+  kernels_[entry_index(ctas)](stream, spec_.launch_shape(b, ctas, pdl), params);
 }
 
 void ConsumerLauncher::launch(CUstream stream, CUdeviceptr weight, const Nvfp4Outputs& out, int b, int layer,

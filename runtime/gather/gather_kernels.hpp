@@ -12,6 +12,7 @@
 
 #include <cuda.h>
 
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -111,7 +112,7 @@ class ConsumerLauncher {
                    bool pdl) const;
 
   ConsumerSpec spec_;
-  Kernel kernels_[4];  // by row split: 1, 2, 4, 8 CTAs a row
+  Kernel kernels_[std::size(kConsumerEntries)];  // by row split: 1, 2, 4, 8 CTAs a row
   int rank_;
   MailboxBinding mailbox_;
   unsigned long long timeout_ns_;
