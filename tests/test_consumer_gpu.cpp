@@ -181,7 +181,7 @@ struct Suite : testing::LoopbackSuite {
 class ConsumerGpu : public testing::LoopbackTest<Suite> {};
 
 // One rig's tp, consumer trigger and CTAs per row; every test runs each of its tps with each
-// trigger, CTAs per row by the rule (4 at b <= 2, 2 at b = 3 and 4, then 1); then one CTA per row
+// trigger, CTAs per row by the rule (consumer_row_ctas); then one CTA per row
 // after the wait and polling, 2 and 8 after the wait (and 8 polling with each polling trigger).
 struct RigSetup {
   int tp = 0;
