@@ -642,14 +642,14 @@ TEST(PoolerForms, ConsumerTriggerCanBeForced) {
 
 TEST(PoolerForms, ConsumerRowsSpreadOverFourCtasAtMost) {
   // The rule: the most of 4, 2 CTAs per row with b * CTAs <= 8, else one CTA per row; beside a
-  // GEMM without a ring, 2 CTAs per row at b = 5 to 8 (16 in all) and 4 from 9 rows on. 8 only
-  // when forced.
+  // GEMM without a ring, 2 CTAs per row at b = 5 to 8 (16 in all) and 4 at b = 9 to 16 (64 in all).
+  // 8 only when forced.
   RowSplit without_ring;
   without_ring.beside_ring = false;
   for (int b = 1; b <= 32; ++b) {
     const int expected = b <= 2 ? 4 : b <= 4 ? 2 : 1;
     EXPECT_EQ(consumer_row_ctas(RowSplit{}, b), expected) << "b " << b;
-    EXPECT_EQ(consumer_row_ctas(without_ring, b), b >= 9 ? 4 : b >= 5 ? 2 : expected) << "b " << b;
+    EXPECT_EQ(consumer_row_ctas(without_ring, b), b >= 17 ? 1 : b >= 9 ? 4 : b >= 5 ? 2 : expected) << "b " << b;
     for (int forced : {1, 2, 4, 8}) {
       EXPECT_EQ(consumer_row_ctas(RowSplit{forced}, b), forced) << "b " << b;
       EXPECT_EQ(consumer_row_ctas(RowSplit{forced, false}, b), forced) << "b " << b;

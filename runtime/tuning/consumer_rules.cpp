@@ -43,7 +43,13 @@ int consumer_row_ctas(const RowSplit& split, int b) {
   }
   int ctas = kRuleRowCtas;
   while (ctas > 1 && static_cast<long long>(b) * ctas > kRowSplitCtas) ctas /= 2;
-  if (ctas == 1 && !split.beside_ring) ctas = 2LL * b <= kRowSplitCtasWithoutRing ? 2 : kWideRowCtas;
+  if (ctas == 1 && !split.beside_ring) {
+    if (2LL * b <= kRowSplitCtasWithoutRing) {
+      ctas = 2;
+    } else if (static_cast<long long>(b) * kWideRowCtas <= kWideRowSplitCtas) {
+      ctas = kWideRowCtas;
+    }
+  }
   return ctas;
 }
 

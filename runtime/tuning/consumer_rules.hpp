@@ -49,13 +49,15 @@ struct RowSplit {
 // kRowSplitCtas, else 1 (4 at b = 1 and 2, 2 at b = 3 and 4, 1 from 5 rows: more CTAs than that
 // crowd the next GEMM's prologue off the SMs; decision 0020; 8 at b = 1 was no faster anywhere and
 // 0.15 us slower at TP4's width: decision 0022); and unless split.beside_ring, 2 at b = 5 to 8 (16
-// CTAs in all beside a GEMM without a ring; decision 0021) and kWideRowCtas (4) from 9 rows on
-// (decision 0041: where one CTA quantizes a whole row, its post-read work is the layer's tail).
+// CTAs in all beside a GEMM without a ring; decision 0021) and kWideRowCtas (4) at b = 9 to 16, up to
+// kWideRowSplitCtas (64) in all (decision 0041: where one CTA quantizes a whole row, its post-read
+// work is the layer's tail; at b = 32 the engine lost at TP4's width).
 // InvalidArgument unless split.ctas is 0, 1, 2, 4 or 8.
 inline constexpr int kRuleRowCtas = 4;
 inline constexpr int kRowSplitCtas = 8;
 inline constexpr int kRowSplitCtasWithoutRing = 16;
 inline constexpr int kWideRowCtas = 4;
+inline constexpr int kWideRowSplitCtas = 64;
 int consumer_row_ctas(const RowSplit& split, int b);
 
 // The launcher's table (runtime/gather/consumer_row_split.hpp): consumer_row_ctas(split, b) for b =
