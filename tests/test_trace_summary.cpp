@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // pooler-kernel-bench's trace summaries and files (tools/kernel_bench/trace.*) on made-up records, no
 // GPU: the GEMM's steps after its wait in its CTAs' cycles (median CTA, the CTAs that passed both
-// marks), the consumer's CTA 0, the engine's layer timeline, and the per-CTA lines of the trace files.
+// marks), the SMs its CTAs share, the consumer's CTA 0, the engine's layer timeline, and the per-CTA
+// lines of the trace files.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -81,6 +82,23 @@ TEST(TraceSummary, ChainPrintsTheGemmsStepsInCyclesOfItsMedianCta) {
   EXPECT_NEAR(value_after(text, "GEMM x staged"), 1.01, 1e-9) << text;
   EXPECT_NEAR(value_after(text, "GEMM published (last CTA)"), 6.01, 1e-9) << text;
   EXPECT_NEAR(value_after(text, "consumer CTA 0 read"), 4.2, 1e-9) << text;
+}
+
+TEST(TraceSummary, ChainCountsSharedSmsAndTheLastCtaAloneOnItsSm) {
+  // CTAs 1 and 2 on one SM, CTA 0 alone: one shared SM; of the CTAs alone only CTA 0 published (its
+  // kDone 8 us after its start, 6.00 us after its wait), CTA 1 later (6.01, the last CTA).
+  std::vector<GemmTraceRecord> gemm = gemm_records();
+  for (GemmTraceRecord& r : gemm) r.sm = r.cta == 0 ? 0 : 1;
+  const std::string text = bench::summarize_chain_trace(gemm, consumer_records(), kLaunches);
+  EXPECT_DOUBLE_EQ(value_after(text, "GEMM SMs with 2+ CTAs"), 1.0) << text;
+  EXPECT_NEAR(value_after(text, "GEMM published (last alone on SM)"), 6.0, 1e-9) << text;
+  EXPECT_NEAR(value_after(text, "GEMM published (last CTA)"), 6.01, 1e-9) << text;
+  // The consumer's CTA starts 6 us after the launch's start, 4 after the GEMM's wait.
+  EXPECT_NEAR(value_after(text, "consumer CTAs start (median)"), 4.0, 1e-9) << text;
+  // Every CTA on an SM of its own: none shared.
+  const std::string alone = bench::summarize_chain_trace(gemm_records(), consumer_records(), kLaunches);
+  EXPECT_DOUBLE_EQ(value_after(alone, "GEMM SMs with 2+ CTAs"), 0.0) << alone;
+  EXPECT_NEAR(value_after(alone, "GEMM published (last alone on SM)"), 6.01, 1e-9) << alone;
 }
 
 TEST(TraceSummary, ConsumerLastCtaIsEveryCtasLatest) {

@@ -206,13 +206,25 @@ std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
     put("GEMM MMAs done (median CTA)", median(loop));
     put("GEMM MMAs done (last CTA)", last(loop));
     put("GEMM published (last CTA)", last(done));
+    // A grid that does not fit its clusters one CTA per SM doubles some up; their CTAs finish last
+    // (docs/PERFORMANCE.md, "Where the time goes after x arrives").
+    std::map<int, int> ctas_on_sm;
+    for (const GemmTraceRecord* r : gemm_of[static_cast<std::size_t>(i)]) ++ctas_on_sm[r->sm];
+    std::vector<double> done_alone;
+    for (const GemmTraceRecord* r : gemm_of[static_cast<std::size_t>(i)]) {
+      if (ctas_on_sm[r->sm] == 1 && r->ns[GemmTrace::kDone] != 0) done_alone.push_back(at(r->ns[GemmTrace::kDone]));
+    }
+    put("GEMM SMs with 2+ CTAs", static_cast<double>(std::count_if(ctas_on_sm.begin(), ctas_on_sm.end(),
+                                                                   [](const auto& e) { return e.second > 1; })));
+    put("GEMM published (last alone on SM)", last(done_alone));
     for (const GemmStep& step : kGemmSteps) {
       put(fmt::format("GEMM cycles {}", step.name), median_cycles(gemm_of[static_cast<std::size_t>(i)], step));
     }
     const ConsumerTraceRecord* cta0 = nullptr;
-    std::vector<double> read, stored, finished;  // every CTA's: the grid ends with its last
+    std::vector<double> started, read, stored, finished;  // every CTA's: the grid ends with its last
     for (const ConsumerTraceRecord* r : consumer_of[static_cast<std::size_t>(i)]) {
       if (r->cta == 0) cta0 = r;
+      started.push_back(at(r->ns[static_cast<std::size_t>(ConsumerMark::start)]));
       read.push_back(at(r->ns[static_cast<std::size_t>(ConsumerMark::read)]));
       stored.push_back(at(r->ns[static_cast<std::size_t>(ConsumerMark::stored)]));
       finished.push_back(at(r->ns[static_cast<std::size_t>(ConsumerMark::finished)]));
@@ -222,6 +234,7 @@ std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
       if (cta0->ns[static_cast<std::size_t>(m)] == 0) continue;  // not passed (BF16's quantized, end waited)
       put(fmt::format("consumer CTA 0 {}", kConsumerMarkNames[m]), at(cta0->ns[static_cast<std::size_t>(m)]));
     }
+    put("consumer CTAs start (median)", median(started));
     put("consumer last CTA read", last(read));
     put("consumer last CTA stored", last(stored));
     put("consumer last CTA finished", last(finished));
