@@ -12,7 +12,7 @@ namespace pooler {
 RowCtas::RowCtas(std::vector<int> by_rows) : by_rows_(std::move(by_rows)) {
   for (std::size_t i = 0; i < by_rows_.size(); ++i) {
     const int ctas = by_rows_[i];
-    if (ctas != 1 && ctas != 2 && ctas != 4 && ctas != 8) {
+    if (!is_row_split(ctas)) {
       throw InvalidArgument(
           fmt::format("consumer row split: {} CTAs per row at b = {}; expected 1, 2, 4 or 8", ctas, i + 1));
     }

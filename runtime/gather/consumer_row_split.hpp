@@ -14,6 +14,9 @@ namespace pooler {
 // on the host's path); consumer_trace() refuses a trace form whose variables were sized otherwise.
 inline constexpr int kMaxConsumerRowCtas = 8;
 
+// Whether `ctas` is a row split the consumer has an entry for: 1, 2, 4 or 8 CTAs a row.
+constexpr bool is_row_split(int ctas) { return ctas == 1 || ctas == 2 || ctas == 4 || ctas == kMaxConsumerRowCtas; }
+
 // CTAs per row for b = 1, 2, ... rows. Empty (the default): one CTA per row at every b.
 class RowCtas {
  public:

@@ -109,7 +109,7 @@ Form publish_form(int pooled, int tp, int capacity) {
 }
 
 const char* consumer_entry(int row_ctas) {
-  if (row_ctas != 1 && row_ctas != 2 && row_ctas != 4 && row_ctas != 8) {
+  if (!is_row_split(row_ctas)) {
     throw InvalidArgument(fmt::format("consumer_entry: row_ctas = {}; expected 1, 2, 4 or 8", row_ctas));
   }
   return kConsumerEntries[entry_index(row_ctas)];

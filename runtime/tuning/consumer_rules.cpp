@@ -35,7 +35,7 @@ bool ring_at_few_rows(int n, int k, const TuningOverrides& overrides) {
 
 int consumer_row_ctas(const RowSplit& split, int b) {
   if (split.ctas != 0) {
-    if (split.ctas != 1 && split.ctas != 2 && split.ctas != 4 && split.ctas != 8) {
+    if (!is_row_split(split.ctas)) {
       throw InvalidArgument(
           fmt::format("consumer row split: ctas = {}; expected 0 (the rule), 1, 2, 4 or 8", split.ctas));
     }
