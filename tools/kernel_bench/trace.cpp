@@ -187,8 +187,9 @@ std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
     auto at = [&](unsigned long long ns) {
       return ns == 0 ? -1.0 : (static_cast<double>(ns) - static_cast<double>(origin)) / 1e3;
     };
+    const auto& ctas = gemm_of[static_cast<std::size_t>(i)];  // this launch's GEMM CTAs
     std::vector<double> start, first_data, x, loop, done, next_start;
-    for (const GemmTraceRecord* r : gemm_of[static_cast<std::size_t>(i)]) {
+    for (const GemmTraceRecord* r : ctas) {
       start.push_back(at(r->ns[GemmTrace::kStart]));
       first_data.push_back(at(r->ns[GemmTrace::kFirstData]));
       x.push_back(at(r->ns[GemmTrace::kXStaged]));
@@ -209,16 +210,16 @@ std::string summarize_chain_trace(const std::vector<GemmTraceRecord>& gemm,
     // A grid that does not fit its clusters one CTA per SM doubles some up; their CTAs finish last
     // (docs/PERFORMANCE.md, "Where the time goes after x arrives").
     std::map<int, int> ctas_on_sm;
-    for (const GemmTraceRecord* r : gemm_of[static_cast<std::size_t>(i)]) ++ctas_on_sm[r->sm];
+    for (const GemmTraceRecord* r : ctas) ++ctas_on_sm[r->sm];
     std::vector<double> done_alone;
-    for (const GemmTraceRecord* r : gemm_of[static_cast<std::size_t>(i)]) {
+    for (const GemmTraceRecord* r : ctas) {
       if (ctas_on_sm[r->sm] == 1 && r->ns[GemmTrace::kDone] != 0) done_alone.push_back(at(r->ns[GemmTrace::kDone]));
     }
     put("GEMM SMs with 2+ CTAs", static_cast<double>(std::count_if(ctas_on_sm.begin(), ctas_on_sm.end(),
                                                                    [](const auto& e) { return e.second > 1; })));
     put("GEMM published (last alone on SM)", last(done_alone));
     for (const GemmStep& step : kGemmSteps) {
-      put(fmt::format("GEMM cycles {}", step.name), median_cycles(gemm_of[static_cast<std::size_t>(i)], step));
+      put(fmt::format("GEMM cycles {}", step.name), median_cycles(ctas, step));
     }
     const ConsumerTraceRecord* cta0 = nullptr;
     std::vector<double> started, read, stored, finished;  // every CTA's: the grid ends with its last
