@@ -87,6 +87,7 @@ int main(int argc, char** argv) {
   FIELD(pooler_options, pooled);
   FIELD(pooler_options, transport);
   FIELD(pooler_options, allow_nvls);
+  FIELD(pooler_options, predecessor_triggers_early);
   END();
   BEGIN(pooler_tensor);
   FIELD(pooler_tensor, data);

@@ -178,6 +178,7 @@ pooler::PoolerOptions to_cpp(const pooler_options& c, int tp) {
   // A value outside pooler_transport reaches the Pooler as is: it rejects it after the vote, on every rank.
   options.transport = static_cast<pooler::Transport>(c.transport);
   options.allow_nvls = c.allow_nvls != 0;
+  options.predecessor_triggers_early = c.predecessor_triggers_early != 0;  // 0 or 1: read_options refuses others
   options.batches.assign(c.batches, c.batches + c.num_batches);
   // The weight's expected shape: when P is not divisible by tp the Pooler
   // rejects P first, so the rounded-down row count is never what it checks.

@@ -13,9 +13,9 @@
 // change here is a new one (and a new SONAME).
 static_assert(offsetof(pooler_options, size) == 0 && offsetof(pooler_options, magic) == 8 &&
               offsetof(pooler_options, version) == 12 && offsetof(pooler_options, layers) == 16);
-static_assert(sizeof(pooler_options) == 80 && offsetof(pooler_options, spin_timeout_ns) == 56 &&
+static_assert(sizeof(pooler_options) == 88 && offsetof(pooler_options, spin_timeout_ns) == 56 &&
               offsetof(pooler_options, pooled) == 68 && offsetof(pooler_options, transport) == 72 &&
-              offsetof(pooler_options, allow_nvls) == 76);
+              offsetof(pooler_options, allow_nvls) == 76 && offsetof(pooler_options, predecessor_triggers_early) == 80);
 static_assert(POOLER_OPTIONS_MIN_SIZE == offsetof(pooler_options, transport));
 static_assert(sizeof(pooler_layer_desc) == 48 && offsetof(pooler_layer_desc, weight) == 16 &&
               offsetof(pooler_layer_desc, eps) == 40 && POOLER_LAYER_DESC_MIN_SIZE == 48);
@@ -99,6 +99,7 @@ pooler_options default_options() {
   options.pooled = defaults.pooled;
   options.transport = static_cast<int>(defaults.transport);
   options.allow_nvls = defaults.allow_nvls ? 1 : 0;
+  options.predecessor_triggers_early = defaults.predecessor_triggers_early ? 1 : 0;
   return options;
 }
 
@@ -168,6 +169,15 @@ std::string read_options(const pooler_options& caller, pooler_options& out) {
   }
   if (size < offsetof(pooler_options, allow_nvls) + sizeof(out.allow_nvls)) {
     out.allow_nvls = defaults.allow_nvls;
+  }
+  if (size < offsetof(pooler_options, predecessor_triggers_early) + sizeof(out.predecessor_triggers_early)) {
+    out.predecessor_triggers_early = defaults.predecessor_triggers_early;
+  }
+  if (out.predecessor_triggers_early != 0 && out.predecessor_triggers_early != 1) {
+    return fmt::format(
+        "options->predecessor_triggers_early is {}; expected 0 (the default: x arrives at the end of the kernel "
+        "before pooler_run) or 1 (that kernel triggers its dependents before it writes x)",
+        out.predecessor_triggers_early);
   }
   if (out.num_layers < 0) {
     return fmt::format("options->num_layers is {}; expected the number of layers (at least 1)", out.num_layers);

@@ -32,6 +32,7 @@ PoolerConfig pooler_config(const PoolerOptions& options, int tp, const TuningOve
   config.overrides = overrides;
   config.mailbox = forms_for != Transport::nccl;
   config.gathered = forms_for != Transport::lamport;
+  config.predecessor_triggers_early = options.predecessor_triggers_early;
   for (const PoolerLayer& layer : options.layers) {
     (layer.nvfp4() ? config.nvfp4_norms : config.edge_norms).push_back(NormConstants{layer.eps, layer.gain_center});
   }

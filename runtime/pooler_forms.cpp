@@ -65,7 +65,8 @@ PoolerForms pooler_forms(const PoolerConfig& config) {
   for (int b : batches) {
     const std::optional<PoolerGemmShape>& shape = config.overrides.gemm_shape;
     GemmPlan plan =
-        shape ? GemmPlan(b, width, config.hidden, *shape) : choose_gemm_plan(width, config.hidden, b, config.overrides);
+        shape ? GemmPlan(b, width, config.hidden, *shape)
+              : choose_gemm_plan(width, config.hidden, b, config.overrides, config.predecessor_triggers_early);
     const std::size_t gemm = add(plan.form());
     BatchForms batch{.b = b,
                      .plan = std::move(plan),

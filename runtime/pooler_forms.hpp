@@ -33,6 +33,9 @@ struct PoolerConfig {
   bool stock = false;     // also the stock norm (per norm) and quantize forms, for tests and benchmarks
   bool mailbox = true;    // the lamport transport's forms: publish, mailbox consumers (and publishing GEMMs)
   bool gathered = false;  // the nccl transport's consumers (consumer_gathered.cu), one per distinct norm
+  // PoolerOptions::predecessor_triggers_early: the publishing GEMM's plan may stage the middle of w
+  // before its PDL wait
+  bool predecessor_triggers_early = false;
 };
 
 // The forms of one compiled batch: its GEMM, the publishing GEMM where there is one, and the

@@ -59,8 +59,8 @@ std::string Pooler::Impl::configuration_text() const {
   std::string text = fmt::format("H={} P={} tp={} capacity={} pdl={} timeout={} batches=", o.hidden, o.pooled, tp,
                                  o.capacity, o.enable_pdl, o.spin_timeout.count());
   for (int b : batches) text += fmt::format("{},", b);
-  text += fmt::format(" transport={} allow_nvls={} overrides={}", to_string(o.transport), o.allow_nvls,
-                      describe(overrides));
+  text += fmt::format(" transport={} allow_nvls={} predecessor_triggers_early={} overrides={}", to_string(o.transport),
+                      o.allow_nvls, o.predecessor_triggers_early, describe(overrides));
   text += fmt::format(" layers={}:", o.layers.size());
   for (const PoolerLayer& layer : o.layers) {
     text +=
@@ -124,7 +124,7 @@ void Pooler::Impl::agree_on_configuration(const std::string& local_error) {
     throw InvalidArgument(
         fmt::format("Pooler rank {}: rank(s) {} passed a different configuration than this rank ({}); "
                     "every rank must pass the same layers, batches, capacity, PDL, timeout, H, P, transport, "
-                    "allow_nvls and overrides",
+                    "allow_nvls, predecessor_triggers_early and overrides",
                     rank, fmt::join(different, ", "), configuration_text()));
   }
 }
@@ -357,9 +357,10 @@ void Pooler::construct(ncclComm_t comm, PoolerOptions options, const TuningOverr
   }
   // Nobody publishes before every rank has filled its mailbox with the sentinel.
   s.agree_on_success(local_error, "preparing the transport and loading the kernels");
-  log().info("Pooler rank {} of {} on GPU {} ({}): {} layers, batches {}, {} forms, transport {} ({})", s.rank, s.tp,
+  log().info("Pooler rank {} of {} on GPU {} ({}): {} layers, batches {}, {} forms, transport {} ({}){}", s.rank, s.tp,
              s.ordinal, s.architecture, s.options.layers.size(), fmt::join(s.options.batches, ","), s.form_lines.size(),
-             to_string(s.transport), s.transport_reason);
+             to_string(s.transport), s.transport_reason,
+             s.options.predecessor_triggers_early ? ", predecessor_triggers_early" : "");
 }
 
 Pooler::~Pooler() {

@@ -4,6 +4,7 @@
  * that are not live ones (on tests/fake_nccl_comm.c's communicator). */
 #define _POSIX_C_SOURCE 200809L
 
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,7 +42,7 @@ void check_options(void) {
   EXPECT_STATUS(pooler_options_init(NULL, sizeof(options)), POOLER_INVALID_ARGUMENT, "options is NULL");
   EXPECT_STATUS(pooler_options_init(&options, 0), POOLER_INVALID_ARGUMENT, "size is 0");
   EXPECT_STATUS(pooler_options_init(&options, POOLER_OPTIONS_MIN_SIZE - 1), POOLER_INVALID_ARGUMENT, "size is 71");
-  EXPECT_STATUS(pooler_options_init(&options, sizeof(options) + 8), POOLER_INVALID_ARGUMENT, "size is 88");
+  EXPECT_STATUS(pooler_options_init(&options, sizeof(options) + 8), POOLER_INVALID_ARGUMENT, "size is 96");
   memset(&options, 0x5A, sizeof(options));
   EXPECT_OK(pooler_options_init(&options, sizeof(options)));
   CHECK(options.size == sizeof(options) && options.magic == POOLER_OPTIONS_MAGIC &&
@@ -53,6 +54,8 @@ void check_options(void) {
   CHECK(options.spin_timeout_ns == 10000000000LL);
   CHECK(options.hidden == 8192 && options.pooled == 4096);
   CHECK(options.transport == POOLER_TRANSPORT_AUTO && options.allow_nvls == 0);
+  CHECK(options.predecessor_triggers_early == 0);
+  CHECK(sizeof(options) == 88 && offsetof(pooler_options, predecessor_triggers_early) == 80);
   CHECK(POOLER_TRANSPORT_AUTO == 0 && POOLER_TRANSPORT_LAMPORT == 1 && POOLER_TRANSPORT_NCCL == 2);
 
   /* The initializer: the same header and defaults, no batches. */
@@ -61,7 +64,8 @@ void check_options(void) {
   CHECK(initialized.capacity == options.capacity && initialized.enable_pdl == options.enable_pdl &&
         initialized.spin_timeout_ns == options.spin_timeout_ns && initialized.hidden == options.hidden &&
         initialized.pooled == options.pooled && initialized.transport == options.transport &&
-        initialized.allow_nvls == options.allow_nvls);
+        initialized.allow_nvls == options.allow_nvls &&
+        initialized.predecessor_triggers_early == options.predecessor_triggers_early);
   CHECK(initialized.batches == NULL && initialized.num_batches == 0 && initialized.layers == NULL);
   CHECK(layer.size == sizeof(layer) && layer.magic == POOLER_LAYER_DESC_MAGIC && layer.version == POOLER_ABI_VERSION);
   CHECK(layer.weight == 0 && layer.eps == 1e-5f && layer.gain_center == 1.0f);
@@ -207,6 +211,17 @@ void check_handle_magic(void) {
   EXPECT_STATUS(pooler_create(&pooler, comm, &options), POOLER_INVALID_ARGUMENT,
                 "options->layers[0].magic is 0x00000007");
   layer.magic = POOLER_LAYER_DESC_MAGIC;
+  /* predecessor_triggers_early: 0 or 1; another value refused, named. */
+  options.predecessor_triggers_early = 2;
+  EXPECT_STATUS(pooler_create(&pooler, comm, &options), POOLER_INVALID_ARGUMENT,
+                "options->predecessor_triggers_early is 2; expected 0");
+  /* ... but not read from a struct of a header before it: the default, and on to the NVLS check. */
+  options.size = offsetof(pooler_options, predecessor_triggers_early);
+  EXPECT_STATUS(pooler_create(&pooler, comm, &options), POOLER_OTHER, "NCCL_NVLS_ENABLE is \"1\"");
+  options.size = sizeof(options);
+  options.predecessor_triggers_early = 1;
+  EXPECT_STATUS(pooler_create(&pooler, comm, &options), POOLER_OTHER, "NCCL_NVLS_ENABLE is \"1\"");
+  options.predecessor_triggers_early = 0;
   EXPECT_STATUS(pooler_create(&pooler, comm, &options), POOLER_OTHER, "NCCL_NVLS_ENABLE is \"1\"");
   setenv("NCCL_NVLS_ENABLE", "0", 1);
   CHECK(pooler == NULL);

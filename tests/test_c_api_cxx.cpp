@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -61,12 +62,16 @@ TEST(CApiCxx, OptionDefaultsMatchTheCxxApi) {
   EXPECT_EQ(initialized.pooled, cxx.pooled);
   EXPECT_EQ(initialized.transport, static_cast<int>(cxx.transport));
   EXPECT_EQ(initialized.allow_nvls != 0, cxx.allow_nvls);
+  EXPECT_EQ(initialized.predecessor_triggers_early, 0);
+  EXPECT_EQ(initialized.predecessor_triggers_early != 0, cxx.predecessor_triggers_early);
   const pooler_layer_desc layer = POOLER_LAYER_DESC_INITIALIZER;
   const pooler::PoolerLayer cxx_layer;
   EXPECT_EQ(layer.eps, cxx_layer.eps);
   EXPECT_EQ(layer.gain_center, cxx_layer.gain_center);
   EXPECT_EQ(options.transport, static_cast<int>(cxx.transport));
   EXPECT_EQ(options.allow_nvls != 0, cxx.allow_nvls);
+  EXPECT_EQ(options.predecessor_triggers_early, 0);
+  EXPECT_EQ(options.predecessor_triggers_early != 0, cxx.predecessor_triggers_early);
   EXPECT_EQ(options.capacity, cxx.capacity);
   EXPECT_EQ(options.enable_pdl != 0, cxx.enable_pdl);
   EXPECT_EQ(options.spin_timeout_ns, cxx.spin_timeout.count());
@@ -74,6 +79,50 @@ TEST(CApiCxx, OptionDefaultsMatchTheCxxApi) {
   EXPECT_EQ(options.pooled, cxx.pooled);
   ASSERT_EQ(static_cast<std::size_t>(options.num_batches), cxx.batches.size());
   EXPECT_EQ(options.batches[0], cxx.batches[0]);
+}
+
+// predecessor_triggers_early as pooler_create reads it (read_options): 0 or 1 from a struct that
+// holds it; any other value refused, naming it and what was expected; the default (0) from a struct
+// of a header before it (80 bytes: allow_nvls its last field), whatever lies past the caller's size.
+TEST(CApiCxx, PredecessorTriggersEarlyIsReadOnlyWhereTheCallerHasIt) {
+  static_assert(offsetof(pooler_options, predecessor_triggers_early) == 80 && sizeof(pooler_options) == 88);
+  pooler_options options;
+  ASSERT_EQ(pooler_options_init(&options, sizeof(options)), POOLER_OK);
+  pooler_options read;
+  for (int value : {0, 1}) {
+    options.predecessor_triggers_early = value;
+    EXPECT_EQ(pooler::c_api::read_options(options, read), "");
+    EXPECT_EQ(read.predecessor_triggers_early, value);
+  }
+  for (int value : {2, -1, 256}) {
+    options.predecessor_triggers_early = value;
+    const std::string problem = pooler::c_api::read_options(options, read);
+    EXPECT_NE(problem.find("options->predecessor_triggers_early is " + std::to_string(value) + "; expected 0"),
+              std::string::npos)
+        << problem;
+    EXPECT_NE(problem.find("or 1"), std::string::npos) << problem;
+  }
+
+  // An older caller: its struct ends before the field, which holds junk here.
+  const std::size_t older = offsetof(pooler_options, predecessor_triggers_early);
+  options.predecessor_triggers_early = 7;
+  ASSERT_EQ(pooler_options_init(&options, older), POOLER_OK);
+  EXPECT_EQ(options.size, older);
+  EXPECT_EQ(options.predecessor_triggers_early, 7) << "pooler_options_init wrote past the caller's size";
+  options.allow_nvls = 1;
+  for (int junk : {2, 1}) {
+    options.predecessor_triggers_early = junk;
+    EXPECT_EQ(pooler::c_api::read_options(options, read), "");
+    EXPECT_EQ(read.predecessor_triggers_early, 0);
+    EXPECT_EQ(read.allow_nvls, 1);  // the last field the older struct holds is still read
+    EXPECT_EQ(read.size, sizeof(pooler_options));
+  }
+  // The smallest struct too.
+  options.size = POOLER_OPTIONS_MIN_SIZE;
+  options.predecessor_triggers_early = 1;
+  EXPECT_EQ(pooler::c_api::read_options(options, read), "");
+  EXPECT_EQ(read.predecessor_triggers_early, 0);
+  EXPECT_EQ(read.allow_nvls, 0);
 }
 
 // A destroyed Pooler, without a GPU: a handle with no Pooler inside goes

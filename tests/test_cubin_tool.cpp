@@ -215,6 +215,18 @@ TEST_F(CubinTool, BuildsThePoolersConsumerForms) {
     EXPECT_EQ(line.substr(local - 2, 2), " 0") << line;
   }
   EXPECT_GT(kernels, 6);
+  // With --predecessor-triggers-early, the forms of a Pooler built with that option: TP4's GEMMs at b = 8
+  // keep the middle of w on chip (plain and publishing), b = 1 has none.
+  const auto early = run_process(
+      {POOLER_CUBIN_TOOL, "build", "--tp", "4", "--batches", "1,8", "--arch", "sm_90", "--predecessor-triggers-early"},
+      off);
+  ASSERT_EQ(early.exit_code, 0) << early.output;
+  for (const char* name : {"pooler_gemm_b8_n1024_k8192_mid22x2 ", "pooler_gemm_b8_n1024_k8192_pub_tp4_cap32_mid22x2 ",
+                           "pooler_gemm_b1_n1024_k8192 "}) {
+    EXPECT_NE(early.output.find(name), std::string::npos) << name << "\n" << early.output;
+  }
+  EXPECT_EQ(early.output.find("pooler_gemm_b1_n1024_k8192_mid"), std::string::npos) << early.output;
+  EXPECT_EQ(built.output.find("_mid"), std::string::npos) << "not without the flag\n" << built.output;
 }
 
 // sass writes the cubin for the disassembler into a fresh private folder,

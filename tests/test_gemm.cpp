@@ -97,9 +97,13 @@ TEST_P(GemmForms, EveryModelFormCompilesWithoutLocalMemory) {
   std::vector<Form> forms;
   for (int n : kWidths) {
     for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
-      const PoolerGemmShape shape = choose_gemm_shape(n, kHidden, rows);
-      cases.push_back({rows, n, shape});
-      forms.push_back(pooler_gemm_form(rows, n, kHidden, shape));
+      // Both values of PoolerOptions::predecessor_triggers_early (the second only where its plan differs).
+      for (bool early : {false, true}) {
+        const GemmPlan plan = choose_gemm_plan(n, kHidden, rows, {}, early);
+        if (early && plan.w_shared() == WShared{}) continue;
+        cases.push_back({rows, n, plan.shape()});
+        forms.push_back(plan.form());
+      }
     }
   }
   const std::vector<Lookup> lookups = cache.get_all(forms, architecture);
@@ -112,11 +116,12 @@ TEST_P(GemmForms, EveryModelFormCompilesWithoutLocalMemory) {
     SCOPED_TRACE(::testing::Message() << forms[i].name() << " " << forms[i].describe_constants() << " for "
                                       << architecture);
     const int registers = expect_gemm_kernel(*lookups[i].entry, architecture, c.shape, kPoolerGemmEntry);
-    registers_by_n[c.n] += " " + std::to_string(registers) + (c.shape.ctas_per_sm == 1 ? "*" : "");
+    const bool middle = forms[i].describe_constants().find("W_SHARED_STEPS=0") == std::string::npos;
+    registers_by_n[c.n] += (middle ? " m" : " ") + std::to_string(registers) + (c.shape.ctas_per_sm == 1 ? "*" : "");
   }
   for (const auto& [n, line] : registers_by_n) {
-    std::printf("[ registers ] %s N=%d K=%d rows 1..32 (* one CTA per SM):%s\n", architecture.c_str(), n, kHidden,
-                line.c_str());
+    std::printf("[ registers ] %s N=%d K=%d rows 1..32 (* one CTA per SM; m: the middle of w on chip):%s\n",
+                architecture.c_str(), n, kHidden, line.c_str());
   }
 }
 
@@ -157,9 +162,12 @@ TEST_P(GemmPublishForms, EveryModelFormCompilesWithoutLocalMemory) {
     const GemmPublish publish{tp, kCapacity};
     for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
       if (rows > 16 && rows != 32) continue;
-      const PoolerGemmShape shape = choose_gemm_shape(n, kHidden, rows);
-      cases.push_back({rows, tp, shape});
-      forms.push_back(pooler_gemm_form(rows, n, kHidden, shape, &publish));
+      for (bool early : {false, true}) {
+        const GemmPlan plan = choose_gemm_plan(n, kHidden, rows, {}, early);
+        if (early && plan.w_shared() == WShared{}) continue;
+        cases.push_back({rows, tp, plan.shape()});
+        forms.push_back(plan.publishing(publish).form());
+      }
     }
   }
   const std::vector<Lookup> lookups = cache.get_all(forms, architecture);
@@ -170,11 +178,12 @@ TEST_P(GemmPublishForms, EveryModelFormCompilesWithoutLocalMemory) {
     SCOPED_TRACE(::testing::Message() << forms[i].name() << " " << forms[i].describe_constants() << " for "
                                       << architecture);
     const int registers = expect_gemm_kernel(*lookups[i].entry, architecture, c.shape, kPoolerGemmPublishEntry);
-    registers_by_tp[c.tp] += " " + std::to_string(registers) + (c.shape.ctas_per_sm == 1 ? "*" : "");
+    const bool middle = forms[i].describe_constants().find("W_SHARED_STEPS=0") == std::string::npos;
+    registers_by_tp[c.tp] += (middle ? " m" : " ") + std::to_string(registers) + (c.shape.ctas_per_sm == 1 ? "*" : "");
   }
   for (const auto& [tp, line] : registers_by_tp) {
-    std::printf("[ registers ] %s publish tp=%d N=%d K=%d rows 1..16,32 (* one CTA per SM):%s\n", architecture.c_str(),
-                tp, kPooled / tp, kHidden, line.c_str());
+    std::printf("[ registers ] %s publish tp=%d N=%d K=%d rows 1..16,32 (* one CTA per SM; m: the middle of w):%s\n",
+                architecture.c_str(), tp, kPooled / tp, kHidden, line.c_str());
   }
 }
 
@@ -482,6 +491,85 @@ TEST(GemmShapeRule, OnChipCanBeForcedOnOrOff) {
   EXPECT_FALSE(choose_gemm_shape(1024, kHidden, 1, ring).w_on_chip);
 }
 
+// The middle of w on chip (decision 0044): only with an early predecessor, on the register path with
+// one warp over K from 5 to 16 rows, the most steps (22 down to 16, two chunks) that leave two CTAs an SM.
+TEST(GemmShapeRule, MiddleOfWOnChipOnlyWithAnEarlyPredecessor) {
+  // N = 1024: x's slice (rows x 2112 bytes), the reduction, 64 rows of the middle (64 steps + 64 bytes
+  // of pitch where that is 0 mod 128) and 32 bytes of mbarriers within 113 KiB.
+  const std::map<int, int> steps_by_rows = {{5, 22},  {6, 22},  {7, 22},  {8, 22},  {9, 20},  {10, 20},
+                                            {11, 20}, {12, 18}, {13, 18}, {14, 18}, {15, 18}, {16, 16}};
+  for (int n : kWidths) {
+    for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
+      SCOPED_TRACE(::testing::Message() << "N " << n << " rows " << rows);
+      const GemmPlan late = choose_gemm_plan(n, kHidden, rows);
+      const GemmPlan early = choose_gemm_plan(n, kHidden, rows, {}, true);
+      EXPECT_EQ(late.w_shared(), WShared{}) << "never without the flag";
+      EXPECT_EQ(early.shape(), late.shape()) << "the flag changes only the middle";
+      const auto expected = steps_by_rows.find(rows);
+      if (n != 1024 || expected == steps_by_rows.end()) {
+        EXPECT_EQ(early.w_shared(), WShared{});
+        continue;
+      }
+      EXPECT_EQ(early.w_shared(), (WShared{expected->second, 2}));
+      const GemmPlan fused = early.publishing(GemmPublish{4, kCapacity});
+      EXPECT_LE(fused.shared_bytes(), 113 * 1024) << "two CTAs an SM";
+      EXPECT_GT(fused.shared_bytes(),
+                late.publishing(GemmPublish{4, kCapacity}).shared_bytes() + 64 * 64 * expected->second)
+          << "the middle: 64 rows of its steps";
+      EXPECT_FALSE(early.triggers_in_prologue()) << "the tail streams after the wait";
+      EXPECT_NE(early.describe().find(fmt::format("middle of w on chip: {} steps in 2 chunks", expected->second)),
+                std::string::npos)
+          << early.describe();
+      const std::string constants = early.form().describe_constants();
+      EXPECT_NE(constants.find(fmt::format("W_SHARED_STEPS={}", expected->second)), std::string::npos) << constants;
+      EXPECT_NE(constants.find("W_SHARED_CHUNKS=2"), std::string::npos) << constants;
+      EXPECT_NE(early.form().name(), late.form().name()) << "the forms differ, and so do their names";
+      EXPECT_NE(late.form().describe_constants().find("W_SHARED_STEPS=0"), std::string::npos);
+    }
+  }
+  // The comparison overrides that pick the weight path leave it out.
+  for (const auto& [variable, value] :
+       std::vector<std::pair<Switch TuningOverrides::*, Switch>>{{&TuningOverrides::gemm_on_chip, Switch::off},
+                                                                 {&TuningOverrides::gemm_on_chip, Switch::on},
+                                                                 {&TuningOverrides::gemm_ring, Switch::on}}) {
+    TuningOverrides o;
+    o.*variable = value;
+    EXPECT_EQ(choose_gemm_plan(1024, kHidden, 8, o, true).w_shared(), WShared{});
+  }
+  TuningOverrides no_ring;
+  no_ring.gemm_ring = Switch::off;
+  EXPECT_EQ(choose_gemm_plan(1024, kHidden, 8, no_ring, true).w_shared(), (WShared{22, 2}));
+}
+
+TEST(GemmPlan, RefusesMiddleStepsThatDoNotFitTheShape) {
+  const PoolerGemmShape registers = choose_register_gemm_shape(1024, kHidden, 8);  // 32 steps, k_unroll 8
+  ASSERT_EQ(registers.warps_k, 1);
+  ASSERT_EQ(registers.k_unroll, 8);
+  EXPECT_NO_THROW(GemmPlan(8, 1024, kHidden, registers, nullptr, WShared{24, 4})) << "no tail";
+  EXPECT_NO_THROW(GemmPlan(8, 1024, kHidden, registers, nullptr, WShared{3, 1})) << "a tail in rounds";
+  auto message = [&](int rows, int n, const PoolerGemmShape& shape, const WShared& w) {
+    return testing::rejection([&] { (void)GemmPlan(rows, n, kHidden, shape, nullptr, w); });
+  };
+  testing::expect_mentions(message(8, 1024, registers, WShared{-2, 1}), {"w_shared steps = -2 must be 0"});
+  testing::expect_mentions(message(8, 1024, registers, WShared{0, 2}), {"w_shared chunks = 2 with no steps"});
+  testing::expect_mentions(message(8, 1024, registers, WShared{4, 0}), {"w_shared chunks = 0 must lie in [1, 8]"});
+  testing::expect_mentions(message(8, 1024, registers, WShared{9, 2}),
+                           {"w_shared steps = 9 must be a multiple of chunks = 2", "middle of w on chip: 9 steps"});
+  testing::expect_mentions(message(8, 1024, registers, WShared{26, 2}),
+                           {"w_shared steps = 26 is more than the 24 of the warp's 32 steps"});
+  PoolerGemmShape ring = registers;
+  ring.stages = 2;
+  testing::expect_mentions(message(8, 1024, ring, WShared{16, 2}), {"needs the register path"});
+  testing::expect_mentions(message(8, 512, choose_register_gemm_shape(512, kHidden, 8), WShared{16, 2}),
+                           {"needs warps_k = 1, not 4"});
+  // 128 columns a CTA at N = 2048: 128 rows of 24 steps beside 32 rows of x are more than a CTA may have.
+  const PoolerGemmShape wide = choose_register_gemm_shape(2048, kHidden, 32);
+  ASSERT_EQ(wide.warps_k, 1);
+  testing::expect_mentions(
+      message(32, 2048, wide, WShared{24, 2}),
+      {"bytes of shared memory per CTA", "the middle of w: 128 rows x 24 steps", "lower the w_shared steps"});
+}
+
 // The environment is read in one place, overrides_from_environment (a Pooler's construction);
 // the rules take its values.
 TEST(TuningOverrides, AreReadFromTheEnvironmentOnceNamingABadValue) {
@@ -574,6 +662,43 @@ TEST(PoolerForms, PublishingGemmsTriggerInTheirPrologueOnlyWithWOnChipAtOneRow) 
       }
     }
   }
+}
+
+// PoolerOptions::predecessor_triggers_early reaches the plans through the configuration: with it, the
+// TP4 GEMMs (plain and publishing) keep the middle of w on chip where the rule does; without it, or
+// with an explicit shape, none does. The consumers' trigger does not change.
+TEST(PoolerForms, TheMiddleOfWFollowsThePredecessorOption) {
+  for (bool early : {false, true}) {
+    PoolerConfig config;
+    config.tp = 4;
+    config.batches = {1, 5, 8, 16, 32};
+    config.nvfp4_norms = {NormConstants{}};
+    config.edge_norms = {NormConstants{}};
+    config.predecessor_triggers_early = early;
+    const PoolerForms forms = pooler_forms(config);
+    config.predecessor_triggers_early = false;
+    const PoolerForms late = pooler_forms(config);
+    ASSERT_EQ(forms.batches.size(), config.batches.size());
+    for (std::size_t i = 0; i < forms.batches.size(); ++i) {
+      const BatchForms& batch = forms.batches[i];
+      SCOPED_TRACE(::testing::Message() << "early " << early << ", b " << batch.b);
+      const WShared expected = choose_gemm_plan(1024, kHidden, batch.b, {}, early).w_shared();
+      EXPECT_EQ(expected.steps > 0, early && batch.b >= 5 && batch.b <= 16);
+      EXPECT_EQ(batch.plan.w_shared(), expected);
+      ASSERT_TRUE(batch.fused.has_value());
+      EXPECT_EQ(batch.fused->w_shared(), expected);
+      EXPECT_EQ(forms.forms[batch.fused_gemm].name(), batch.fused->form().name());
+      EXPECT_EQ(batch.trigger, late.batches[i].trigger) << "the consumers follow the GEMM's trigger, unchanged";
+    }
+  }
+  PoolerConfig explicit_shape;
+  explicit_shape.tp = 4;
+  explicit_shape.batches = {8};
+  explicit_shape.nvfp4_norms = {NormConstants{}};
+  explicit_shape.edge_norms = {NormConstants{}};
+  explicit_shape.predecessor_triggers_early = true;
+  explicit_shape.overrides.gemm_shape = choose_register_gemm_shape(1024, kHidden, 8);
+  EXPECT_EQ(pooler_forms(explicit_shape).batches.at(0).plan.w_shared(), WShared{}) << "an explicit shape streams w";
 }
 
 TEST(PoolerForms, ConsumersPollOnlyAfterAGemmThatTriggersAfterItsWait) {

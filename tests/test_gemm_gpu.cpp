@@ -197,6 +197,17 @@ class GemmGpu : public ::testing::Test {
     return gemms;
   }
 
+  // One loaded GEMM per plan, compiled together.
+  std::vector<PoolerGemm> load_plans(const std::vector<GemmPlan>& plans) {
+    std::vector<Form> forms;
+    for (const GemmPlan& plan : plans) forms.push_back(plan.form());
+    const std::vector<Lookup> lookups = cache_->get_all(forms, architecture_);
+    std::vector<PoolerGemm> gemms;
+    gemms.reserve(plans.size());
+    for (std::size_t i = 0; i < plans.size(); ++i) gemms.emplace_back(*lookups[i].entry, context_->get(), plans[i]);
+    return gemms;
+  }
+
   std::vector<PoolerGemm> load_default(const std::vector<int>& rows, int n, int k) {
     std::vector<PoolerGemmShape> shapes;
     for (int r : rows) shapes.push_back(choose_gemm_shape(n, k, r));
@@ -362,6 +373,50 @@ TEST_F(GemmGpu, OnChipWeightsGiveTheRegisterPathsBits) {
           EXPECT_TRUE(run(gemms[i], o.x_device, o.w_device, o.c_device, pdl) == expected)
               << name(gemms[i]) << " differs from " << name(gemms[0]) << (pdl ? " (PDL on)" : " (PDL off)");
         }
+      }
+    }
+  }
+}
+
+TEST_F(GemmGpu, MiddleOfWOnChipGivesTheRegisterPathsBits) {
+  // The middle of w on chip (WShared: bulk copies before the PDL wait, the tail through the
+  // registers after it) keeps the register path's order of MMAs: its bits, whatever the steps and
+  // chunks. The rule's plans (with an early predecessor), one to four chunks, no tail, a tail in
+  // rounds (N = 2048: 4 steps in registers); every form also against the reference, PDL on and off.
+  struct Case {
+    int n, rows;
+    std::vector<WShared> middles;
+  };
+  const std::vector<Case> cases = {
+      {1024, 5, {{22, 2}, {22, 1}, {24, 4}, {3, 1}}},
+      {1024, 8, {{22, 2}, {16, 4}, {12, 2}}},
+      {1024, 12, {{18, 2}, {8, 8}}},
+      {1024, 16, {{16, 2}, {24, 2}}},
+      {2048, 9, {{8, 2}, {14, 2}}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "N " << c.n << ", rows " << c.rows);
+    const PoolerGemmShape registers = choose_register_gemm_shape(c.n, kHidden, c.rows);
+    ASSERT_EQ(registers.stages, 0);
+    std::vector<GemmPlan> plans = {GemmPlan(c.rows, c.n, kHidden, registers)};
+    const GemmPlan rule = choose_gemm_plan(c.n, kHidden, c.rows, {}, true);
+    if (rule.w_shared().steps > 0) {
+      ASSERT_EQ(rule.shape().stages, 0);
+      plans.push_back(rule);
+    }
+    for (const WShared& middle : c.middles) plans.emplace_back(c.rows, c.n, kHidden, registers, nullptr, middle);
+    const std::vector<PoolerGemm> gemms = load_plans(plans);
+    check_all(gemms, c.n, kHidden);
+    const Operands o = random_operands(c.n, kHidden);
+    const Bits expected = run(gemms[0], o.x_device, o.w_device, o.c_device, true);
+    for (std::size_t i = 1; i < gemms.size(); ++i) {
+      if (gemms[i].shape().outputs_per_block != registers.outputs_per_block ||
+          gemms[i].shape().warps_k != registers.warps_k || gemms[i].shape().split_k != registers.split_k) {
+        continue;  // other sums (the rule's reduction is the same order)
+      }
+      for (bool pdl : {false, true}) {
+        EXPECT_TRUE(run(gemms[i], o.x_device, o.w_device, o.c_device, pdl) == expected)
+            << plans[i].describe() << " differs from the register path" << (pdl ? " (PDL on)" : " (PDL off)");
       }
     }
   }

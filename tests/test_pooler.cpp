@@ -18,6 +18,7 @@
 #include "pooler/pooler.hpp"
 #include "runtime/jit/cubin_elf.hpp"
 #include "runtime/jit/kernel_cache.hpp"
+#include "runtime/pooler_config.hpp"
 #include "runtime/pooler_options.hpp"
 #include "runtime/transport.hpp"
 #include "support/forms.hpp"
@@ -206,6 +207,7 @@ TEST(Pooler, DefaultOptionsAreMuseSpark) {
   EXPECT_GT(options.spin_timeout.count(), 0);
   EXPECT_EQ(options.transport, Transport::automatic);
   EXPECT_FALSE(options.allow_nvls);
+  EXPECT_FALSE(options.predecessor_triggers_early);
 }
 
 // A consumer waits at most an hour for a peer; the error names the value and the cap
@@ -270,6 +272,23 @@ TEST(Pooler, RefusesNvlsUnlessAllowed) {
 TEST(Pooler, NullCommunicatorIsInvalid) {
   ScopedEnv env("NCCL_NVLS_ENABLE", "0");
   expect_mentions(rejection([&] { Pooler pooler(nullptr, one_layer()); }), {"communicator", "null"});
+}
+
+// PoolerOptions::predecessor_triggers_early reaches the configuration the forms are chosen from
+// (PoolerConfig), false by default, at every transport the forms may be built for; and it is no
+// reason to refuse a Pooler before its communicator is looked at.
+TEST(Pooler, PredecessorTriggersEarlyReachesTheConfiguration) {
+  PoolerOptions options = one_layer();
+  for (Transport forms_for : {Transport::automatic, Transport::lamport, Transport::nccl}) {
+    SCOPED_TRACE(to_string(forms_for));
+    options.predecessor_triggers_early = false;
+    EXPECT_FALSE(pooler_config(options, 2, TuningOverrides{}, forms_for).predecessor_triggers_early);
+    options.predecessor_triggers_early = true;
+    EXPECT_TRUE(pooler_config(options, 2, TuningOverrides{}, forms_for).predecessor_triggers_early);
+  }
+  EXPECT_FALSE(PoolerConfig{}.predecessor_triggers_early);
+  ScopedEnv env("NCCL_NVLS_ENABLE", "0");
+  expect_mentions(rejection([&] { Pooler pooler(nullptr, options); }), {"communicator", "null"});
 }
 
 TEST(Transport, NamesAndValues) {

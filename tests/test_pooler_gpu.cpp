@@ -44,11 +44,16 @@
 //                             next call raises PeerTimeout (200 ms timeout) with
 //                             its fields; later calls throw; both exit cleanly
 //   MismatchedConfigurationsFailOnEveryRank  different batches, capacity, eps,
-//                             layer count, a bad layer shape or an invalid batch on
-//                             one rank: InvalidArgument on every rank, no hang
+//                             layer count, transport, allow_nvls or
+//                             predecessor_triggers_early, a bad layer shape or an
+//                             invalid batch on one rank: InvalidArgument on every
+//                             rank, no hang
 //   WarmUpOnEveryRank         warm_up() twice, calls checked after each
 //   DestructionLeavesTheCommunicatorUsable  ncclAllReduce after each of two Poolers
 //   PoolerGpuSingle.OneRankMatchesStock  tp = 1 on one GPU (communicator of one rank)
+//   PoolerGpuSingle.PredecessorTriggersEarlyMatchesStock  tp = 1, b = 8,
+//                             predecessor_triggers_early = true: every form, 500 calls
+//                             (every other one run()), all layers in a graph, 100 replays
 //   NcclTransportMatchesStockAndLamport  (threads, processes, and tp = 1 as
 //                             PoolerGpuSingle.OneRankNcclTransportMatchesStockAndLamport)
 //                             Transport::nccl forced: every layer at every b, PDL on
@@ -166,6 +171,7 @@ struct ModelSpec {
   // trigger of PoolerGpuSingle/Triggers); never the environment's POOLER_* overrides.
   TuningOverrides overrides;
   Transport transport = Transport::automatic;
+  bool predecessor_triggers_early = false;  // PoolerOptions::predecessor_triggers_early
 
   int set_of(int layer) const { return layer % sets; }
   bool nvfp4(int layer) const { return std::find(edge_layers.begin(), edge_layers.end(), layer) == edge_layers.end(); }
@@ -313,6 +319,7 @@ PoolerOptions options_for(const DeviceModel& model, const ModelSpec& spec, int t
   options.capacity = spec.capacity;
   options.enable_pdl = spec.pdl;
   options.transport = spec.transport;
+  options.predecessor_triggers_early = spec.predecessor_triggers_early;
   options.spin_timeout = spec.spin_timeout;
   options.hidden = kHidden;
   options.pooled = kPooled;
@@ -1101,6 +1108,15 @@ void mismatched(const RankEnv& env) {
          if (rank == 0) o.allow_nvls = true;
        },
        false, [](int) { return std::string("different configuration"); }},
+      {"predecessor_triggers_early on rank 1 only",
+       [](PoolerOptions& o, int rank) {
+         if (rank == 1) o.predecessor_triggers_early = true;
+       },
+       false,
+       [](int rank) {
+         // The configuration text each rank voted with, quoted in its message.
+         return std::string(rank == 1 ? "predecessor_triggers_early=true" : "predecessor_triggers_early=false");
+       }},
       {"a transport outside the enum on rank 0",
        [](PoolerOptions& o, int rank) {
          if (rank == 0) o.transport = static_cast<Transport>(7);
@@ -1312,6 +1328,39 @@ void destruction(const RankEnv& env) {
   }
 }
 
+// PoolerOptions::predecessor_triggers_early = true at b = 8: the options say so, and every form
+// (PDL on and off, the publish fused and as a kernel: every_form, with the shards against a CPU
+// GEMM), 500 calls alternating run() and project + publish + gather, and a graph of all layers
+// replayed 100 times match the stock path bit for bit. (The option says how the kernel before run()
+// triggers; whatever the test launches there, it may cost time, never bits.) At tp = 1 (N = 4096) the
+// rule keeps no middle of w: this is the option's path through the Pooler; the middle's bits are
+// test_gemm_gpu's and test_gemm_publish_gpu's (TP4's N = 1024), its plans test_gemm's.
+void predecessor_early(const RankEnv& env) {
+  ModelSpec spec = full_model();
+  spec.batches = {8};
+  spec.predecessor_triggers_early = true;
+  every_form(env, spec);
+  const DeviceModel model(*env.host, env.stream);
+  {
+    Harness harness(env, model, spec);
+    if (!harness.pooler().options().predecessor_triggers_early) {
+      env.problem("predecessor_triggers_early: the Pooler's options lost it");
+    }
+    PlanMaker maker(env.seed ^ 0xCCCCull, spec);
+    harness.discover(maker);
+    std::vector<CallPlan> plans;
+    for (int call = 0; call < 500; ++call) {
+      CallPlan plan = maker.make(call % spec.layers, 8);
+      plan.mode = call % 2 == 0 ? Mode::run : Mode::split;
+      plans.push_back(plan);
+    }
+    const std::string what = "predecessor_triggers_early: 500 calls, every other one run()";
+    harness.run_calls(plans, what);
+    harness.verify(what);
+  }
+  graph(env, 100, spec);
+}
+
 // ---- running the scenarios ------------------------------------------------------------------------
 
 enum class Scenario {
@@ -1324,7 +1373,8 @@ enum class Scenario {
   warm_up,
   destruction,
   one_rank,
-  nccl
+  nccl,
+  predecessor_early
 };
 
 struct ScenarioInfo {
@@ -1346,6 +1396,7 @@ const std::vector<ScenarioInfo>& scenarios() {
       {Scenario::destruction, "destruction", 2, std::chrono::seconds(150)},
       {Scenario::one_rank, "one_rank", 8, std::chrono::seconds(300)},
       {Scenario::nccl, "nccl", 8, std::chrono::seconds(400)},
+      {Scenario::predecessor_early, "predecessor_early", 8, std::chrono::seconds(300)},
   };
   return all;
 }
@@ -1384,6 +1435,8 @@ void run_scenario(Scenario scenario, const RankEnv& env) {
       return destruction(env);
     case Scenario::nccl:
       return nccl_transport(env);
+    case Scenario::predecessor_early:
+      return predecessor_early(env);
     case Scenario::one_rank: {
       ModelSpec spec = full_model();
       spec.overrides.consumer_trigger = env.consumer_trigger;
@@ -1559,6 +1612,12 @@ INSTANTIATE_TEST_SUITE_P(Forced, PoolerGpuSingleTriggers,
                          [](const ::testing::TestParamInfo<ConsumerTrigger>& param) {
                            return std::string(to_string(param.param));
                          });
+
+// tp = 1, b = 8, PoolerOptions::predecessor_triggers_early set: bit for bit the stock path.
+TEST(PoolerGpuSingle, PredecessorTriggersEarlyMatchesStock) {
+  POOLER_REQUIRE_GPUS(1);
+  run_in_threads(Scenario::predecessor_early, 1);
+}
 
 // The nccl transport forced: against the stock path and the lamport transport.
 TEST(PoolerGpuSingle, OneRankNcclTransportMatchesStockAndLamport) {

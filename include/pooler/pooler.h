@@ -147,10 +147,17 @@ typedef struct pooler_options {
   int hidden;              /* H, the GEMM's K (default 8192) */
   int pooled;              /* P, the pooled width (default 4096) */
   /* Optional from here on: a struct whose size ends before a field gets its
-   * default. (Both came with ABI 3, before the size field.) */
+   * default. (transport and allow_nvls came with ABI 3, before the size field;
+   * predecessor_triggers_early was appended in ABI 4.) */
   int transport;  /* a pooler_transport (default POOLER_TRANSPORT_AUTO); pooler_get_transport says which was taken */
   int allow_nvls; /* 1: accept NCCL_NVLS_ENABLE other than 0 (NCCL may use NVLink multicast for its own collectives;
                      pooler creates no multicast object) with an adopted communicator; 0 (default): refuse */
+  int predecessor_triggers_early; /* 1: the kernel launched on pooler_run's stream just before it (the one that writes
+                                     x) triggers its dependents early (griddepcontrol.launch_dependents before it
+                                     writes x), so the GEMM starts while it runs and brings more of w on chip before
+                                     its PDL wait; the same bits either way, 1-2 us slower where the predecessor
+                                     triggers at its end. 0 (default): x arrives at the predecessor's end. Any other
+                                     value is POOLER_INVALID_ARGUMENT */
 } pooler_options;
 
 /* The smallest pooler_options the library accepts: the header and every field
@@ -161,7 +168,7 @@ typedef struct pooler_options {
 #define POOLER_OPTIONS_INITIALIZER                                                                                  \
   {                                                                                                                 \
     sizeof(pooler_options), POOLER_OPTIONS_MAGIC, POOLER_ABI_VERSION, NULL, 0, NULL, 0, 32, 1, 10000000000LL, 8192, \
-        4096, POOLER_TRANSPORT_AUTO, 0                                                                              \
+        4096, POOLER_TRANSPORT_AUTO, 0, 0                                                                           \
   }
 
 /* A view of device memory: a contiguous row-major [rows, cols] matrix of

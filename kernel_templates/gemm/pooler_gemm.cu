@@ -72,13 +72,27 @@ constexpr int kRingBytes = STAGES * kWarps * kStageBytes;
 constexpr int kWRowBytes = 2 * kSliceK;
 constexpr int kWPitch = kWRowBytes % 128 == 0 ? kWRowBytes + 64 : kWRowBytes;
 constexpr int kWOffset = (kReduceOffset + kReduceBytes + 127) / 128 * 128;
-constexpr int kWBytes = W_ON_CHIP ? kColumnsPerCta * kWPitch : 0;
-constexpr int kDataBytes = W_ON_CHIP     ? kWOffset + kWBytes
-                           : STAGES == 0 ? kReduceOffset + kReduceBytes
-                                         : kRingOffset + kRingBytes;
-// Two 8-byte mbarriers: ASYNC_REDUCE's partials at kBarrierOffset, W_ON_CHIP's copies after.
+// W_SHARED_STEPS (the register path with one warp over K): steps [K_UNROLL, K_UNROLL + W_SHARED_STEPS)
+// of the CTA's rows of w (the middle) at kWOffset, kMiddlePitch apart, brought by W_SHARED_CHUNKS bulk
+// copies a row before the PDL wait; the prologue's registers take the first K_UNROLL steps, then the
+// tail after the middle. why: docs/design/gemm.md, "The middle of w on chip".
+constexpr bool kWMiddle = W_SHARED_STEPS > 0;
+constexpr int kTailFirst = K_UNROLL + W_SHARED_STEPS;  // the tail: steps [kTailFirst, kSteps)
+constexpr int kTailRounds = (kSteps - kTailFirst + K_UNROLL - 1) / K_UNROLL;
+constexpr int kMiddleChunkSteps = W_SHARED_STEPS / W_SHARED_CHUNKS;
+constexpr int kMiddleChunkBytes = 64 * kMiddleChunkSteps;  // one copy: a chunk of a row
+constexpr int kMiddleRowBytes = 64 * W_SHARED_STEPS;
+constexpr int kMiddlePitch = kMiddleRowBytes % 128 == 0 ? kMiddleRowBytes + 64 : kMiddleRowBytes;
+constexpr int kWBytes = W_ON_CHIP ? kColumnsPerCta * kWPitch : kWMiddle ? kColumnsPerCta * kMiddlePitch : 0;
+constexpr int kDataBytes = W_ON_CHIP || kWMiddle ? kWOffset + kWBytes
+                           : STAGES == 0         ? kReduceOffset + kReduceBytes
+                                                 : kRingOffset + kRingBytes;
+// 8-byte mbarriers: ASYNC_REDUCE's partials at kBarrierOffset, then W_ON_CHIP's copies, or one per chunk
+// of the middle.
 constexpr int kBarrierOffset = (kDataBytes + 15) / 16 * 16;
-constexpr int kSharedBytes = ASYNC_REDUCE || W_ON_CHIP ? kBarrierOffset + 16 : kDataBytes;
+constexpr int kSharedBytes = kWMiddle                    ? kBarrierOffset + (8 + 8 * W_SHARED_CHUNKS + 15) / 16 * 16
+                             : ASYNC_REDUCE || W_ON_CHIP ? kBarrierOffset + 16
+                                                         : kDataBytes;
 
 static_assert(ROWS >= 1 && ROWS <= 32, "ROWS must lie in [1, 32]");
 static_assert(TILES >= 1 && WARPS_N >= 1 && WARPS_K >= 1 && K_UNROLL >= 1, "launch knobs must be positive");
@@ -101,6 +115,11 @@ static_assert(W_ON_CHIP == 0 || (W_ON_CHIP == 1 && STAGES == 0), "W_ON_CHIP is 0
 static_assert(X_IN_REGISTERS == 0 || (X_IN_REGISTERS == 1 && (W_ON_CHIP || (STAGES == 0 && kIterations == 1)) &&
                                       kSteps * kBatchTiles <= 16),
               "X_IN_REGISTERS is 0, or 1 with all of w on chip or in registers and at most 16 fragments of x per lane");
+static_assert(W_SHARED_STEPS >= 0 && (W_SHARED_STEPS > 0 || W_SHARED_CHUNKS == 1), "W_SHARED_STEPS is 0, or positive");
+static_assert(!kWMiddle || (STAGES == 0 && !W_ON_CHIP && WARPS_K == 1 && !kXInRegisters && W_SHARED_CHUNKS >= 1 &&
+                            W_SHARED_STEPS % W_SHARED_CHUNKS == 0 && kTailFirst <= kSteps),
+              "the middle of w needs the register path with one warp over K, x staged, equal chunks and room");
+static_assert(kMiddlePitch % 128 == 64 || !kWMiddle, "the middle's pitch must be 64 (mod 128) bytes");
 static_assert(kWRowBytes % 16 == 0 && kWPitch % 16 == 0, "bulk copies of w rows need 16-byte sizes and addresses");
 static_assert(kWPitch % 128 == 64 || !W_ON_CHIP, "the on-chip w pitch must be 64 (mod 128) bytes");
 static_assert(!PUBLISH || (TP >= 1 && TP <= pooler::kMailboxMaxPeers), "TP must lie in [1, kMailboxMaxPeers]");
@@ -240,6 +259,17 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   if constexpr (ASYNC_REDUCE) {
     if (thread_x == 0 && split < kOwners) pooler::mbarrier_expect_bytes(barrier, kSentPartials * ROWS * kOwned * 4);
   }
+  // The middle's mbarriers, one a chunk, here too: initialized after the register loads, their fences
+  // would wait for those loads and hold the copies back.
+  const u32 middle_barriers = barrier + 8;
+  if constexpr (kWMiddle) {
+    if (thread_x == 0) {
+#pragma unroll
+      for (int chunk = 0; chunk < W_SHARED_CHUNKS; ++chunk) {
+        pooler::mbarrier_expect_bytes(middle_barriers + 8 * chunk, kColumnsPerCta * kMiddleChunkBytes);
+      }
+    }
+  }
   const unsigned long long policy = pooler::l2_evict_first_policy();
   // The launch's ticket (below, after the prologue's loads: issued ahead of them, it delayed the ring's
   // fill). A GEMM that lets the consumer start in its prologue takes none: it would wait for the add
@@ -272,6 +302,25 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 #pragma unroll
         for (int h = 0; h < 2; ++h)
           wbuf[u][t][h] = pooler::ld_stream_v4(w_lane + (16 * t + 8 * h) * K + 32 * u, policy);
+      }
+    }
+    if constexpr (kWMiddle) {
+      // After the register loads: chunk by chunk (every row's first chunk first), lane r a row at a
+      // time. __syncwarp orders thread 0's fenced inits before the other lanes' copies.
+      if (warp == 0) {
+        __syncwarp();
+        const u16* w_cta = w + (static_cast<unsigned long long>(block * kColumnsPerCta) * K +
+                                static_cast<unsigned long long>(split * kSliceK + 32 * K_UNROLL));
+        const u32 middle = pooler::shared_address(smem + kWOffset);
+#pragma unroll 1
+        for (int chunk = 0; chunk < W_SHARED_CHUNKS; ++chunk) {
+          for (int r = lane; r < kColumnsPerCta; r += 32) {
+            pooler::cp_async_bulk_to_shared(
+                middle + r * kMiddlePitch + chunk * kMiddleChunkBytes,
+                w_cta + static_cast<unsigned long long>(r) * K + 32 * kMiddleChunkSteps * chunk, kMiddleChunkBytes,
+                middle_barriers + 8 * chunk, policy);
+          }
+        }
       }
     }
   } else {
@@ -424,8 +473,57 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
       Ring::commit();
     }
   }
+  if constexpr (kWMiddle) {
+    // The register path's order of steps, so its bits: the prologue's K_UNROLL steps (each register
+    // then takes a step of the tail), the middle from shared memory chunk by chunk as each lands, the
+    // tail through the registers in rounds.
+    auto register_round = [&](int first, int next) {
+#pragma unroll
+      for (int u = 0; u < K_UNROLL; ++u) {
+        if (first + u < kSteps) {
+          U32x4 xf[kBatchTiles];
+          load_x_fragments(xf, x_lane + 64 * (first + u), g);
+#pragma unroll
+          for (int t = 0; t < TILES; ++t) mma_tile(acc[t], wbuf[u][t][0], wbuf[u][t][1], xf);
+        }
+        if (next + u < kSteps) {
+#pragma unroll
+          for (int t = 0; t < TILES; ++t) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+              wbuf[u][t][h] = pooler::ld_stream_v4(w_lane + (16 * t + 8 * h) * K + 32 * (next + u), policy);
+          }
+        }
+      }
+    };
+    register_round(0, kTailFirst);
+    trace.mark(gemm_trace::kFirstData);  // prologue's w used
+    // Tile t, half h: middle + (16t + 8h) * kMiddlePitch + 64 j for the middle's step j.
+    const u32 middle = pooler::shared_address(smem + kWOffset) + static_cast<u32>((warp_column + g) * kMiddlePitch) +
+                       static_cast<u32>(16 * q);
+#pragma unroll
+    for (int chunk = 0; chunk < W_SHARED_CHUNKS; ++chunk) {
+      pooler::mbarrier_wait_phase_0(middle_barriers + 8 * chunk);
+#pragma unroll
+      for (int i = 0; i < kMiddleChunkSteps; ++i) {
+        const int j = chunk * kMiddleChunkSteps + i;
+        U32x4 xf[kBatchTiles];
+        load_x_fragments(xf, x_lane + 64 * (K_UNROLL + j), g);
+#pragma unroll
+        for (int t = 0; t < TILES; ++t) {
+          const U32x4 lo = pooler::ld_shared_v4(middle + (16 * t) * kMiddlePitch + 64 * j);
+          const U32x4 hi = pooler::ld_shared_v4(middle + (16 * t + 8) * kMiddlePitch + 64 * j);
+          mma_tile(acc[t], lo, hi, xf);
+        }
+      }
+    }
+#pragma unroll
+    for (int round = 0; round < kTailRounds; ++round) {
+      register_round(kTailFirst + round * K_UNROLL, kTailFirst + (round + 1) * K_UNROLL);
+    }
+  }
 #pragma unroll 1
-  for (int iteration = 0; iteration < (STAGES == 0 && !W_ON_CHIP ? kIterations : 0); ++iteration) {
+  for (int iteration = 0; iteration < (STAGES == 0 && !W_ON_CHIP && !kWMiddle ? kIterations : 0); ++iteration) {
 #pragma unroll
     for (int u = 0; u < K_UNROLL; ++u) {
       U32x4 xf[kBatchTiles];

@@ -70,6 +70,9 @@ def test_pooler_layer_defaults_to_an_edge_layer():
     (dict(transport=None), ValueError, "transport is None"),
     (dict(allow_nvls=1), TypeError, "allow_nvls is 1"),
     (dict(allow_nvls=True), ValueError, "allow_nvls=True needs nccl_comm="),
+    (dict(predecessor_triggers_early=1), TypeError, r"predecessor_triggers_early is 1 \(int\); expected a bool"),
+    (dict(predecessor_triggers_early="yes"), TypeError, r"predecessor_triggers_early is 'yes' \(str\)"),
+    (dict(predecessor_triggers_early=None), TypeError, "predecessor_triggers_early is None"),
 ])
 def test_bad_arguments_are_named(group, changes, error, text):
     with pytest.raises(error, match=text):
@@ -104,6 +107,51 @@ def test_nvlink_multicast_must_be_off(group, monkeypatch):
     # The opt-in (with an engine's communicator) passes the NVLS check: what fails next is the layer.
     with pytest.raises(ValueError, match=r"layers\[0\].weight is on meta"):
         build(group, allow_nvls=True, nccl_comm=1)
+
+
+@pytest.mark.parametrize("value", [False, True])
+def test_predecessor_triggers_early_is_accepted(group, value):
+    # Either bool passes its check: what fails next is the layer (the meta tensors).
+    with pytest.raises(ValueError, match=r"layers\[0\].weight is on meta"):
+        build(group, predecessor_triggers_early=value)
+
+
+@pytest.mark.parametrize("value, field", [(None, 0), (False, 0), (True, 1)])
+def test_predecessor_triggers_early_reaches_the_options(monkeypatch, value, field):
+    """What _build hands pooler_create: the keyword (None: its default) as the struct's 0 or 1, in a
+    struct that pooler_options_init filled (the library's other calls are not made)."""
+    import ctypes
+
+    import torch
+
+    from pooler import _abi, _pooler
+
+    real_call, seen = _pooler.call, []
+
+    class Created(Exception):
+        pass
+
+    def fake_call(name, *args):
+        if name == "pooler_options_init":
+            return real_call(name, *args)
+        assert name == "pooler_create", name
+        options = args[2]._obj  # ctypes.byref(options)
+        seen.append((options.size, options.allow_nvls, options.predecessor_triggers_early))
+        raise Created()
+
+    monkeypatch.setattr(_pooler, "call", fake_call)
+    p = _pooler.Pooler.__new__(_pooler.Pooler)
+    p._handle, p._comm, p._id, p._closed, p._views, p._row_views = (ctypes.c_void_p(), ctypes.c_void_p(), None, False,
+                                                                     [], {})
+    p.layers = (layer(weight=torch.zeros(1, 1, dtype=torch.bfloat16), norm_weight=torch.zeros(1, dtype=torch.bfloat16),
+                      global_scale=None),)
+    p.batches, p.capacity, p.enable_pdl, p._spin_timeout_ns, p.hidden, p.pooled = (8,), 32, True, 10 ** 10, 8192, 4096
+    p.requested_transport, p.allow_nvls = "auto", False
+    p._validate_predecessor(_pooler.Pooler.__init__.__kwdefaults__["predecessor_triggers_early"] if value is None
+                            else value)
+    with pytest.raises(Created):
+        p._build()
+    assert seen == [(ctypes.sizeof(_abi.Options), 0, field)]
 
 
 def test_group_must_be_a_process_group():

@@ -33,11 +33,12 @@ def test_layouts_are_the_c_compilers():
     _abi.check()  # also ran at import
     sizes = {name: size for name, size, _fields in _layout.STRUCTS}
     # The sizes runtime/c_api.cpp asserts (a change there is a new ABI version).
-    assert sizes == {"pooler_unique_id": 128, "pooler_layer_desc": 48, "pooler_options": 80, "pooler_tensor": 32,
+    assert sizes == {"pooler_unique_id": 128, "pooler_layer_desc": 48, "pooler_options": 88, "pooler_tensor": 32,
                      "pooler_expert_input": 104, "pooler_peer_timeout_info": 48, "pooler_mailbox_info": 64,
                      "pooler_gemm_shape": 56}
     assert _abi.Options.spin_timeout_ns.offset == 56 and _abi.Options.pooled.offset == 68
     assert _abi.Options.transport.offset == 72 and _abi.Options.allow_nvls.offset == 76
+    assert _abi.Options.predecessor_triggers_early.offset == 80 and _abi.Options.predecessor_triggers_early.size == 4
     assert _abi.ExpertInput.packed.offset == 8 and _abi.PeerTimeoutInfo.elapsed_ns.offset == 40
     assert ctypes.sizeof(_abi.UniqueId) == 128
 
@@ -56,9 +57,15 @@ def test_options_init_fills_the_defaults():
     options = _abi.Options()
     options.magic = 0
     pooler._library.call("pooler_options_init", ctypes.byref(options), ctypes.sizeof(options))
-    assert (options.size, options.magic, options.version) == (80, _abi.CONSTANTS["POOLER_OPTIONS_MAGIC"], 4)
+    assert (options.size, options.magic, options.version) == (88, _abi.CONSTANTS["POOLER_OPTIONS_MAGIC"], 4)
     assert (options.num_batches, options.batches[0], options.capacity, options.enable_pdl) == (1, 8, 32, 1)
     assert (options.hidden, options.pooled, options.spin_timeout_ns) == (8192, 4096, 10 ** 10)
+    assert (options.transport, options.allow_nvls, options.predecessor_triggers_early) == (0, 0, 0)
+    assert _abi.Options().predecessor_triggers_early == 0  # the ctypes struct's own default, as the initializer's
+    # A struct of a header before predecessor_triggers_early (80 bytes): its bytes are not written.
+    options.predecessor_triggers_early = 7
+    pooler._library.call("pooler_options_init", ctypes.byref(options), _abi.Options.predecessor_triggers_early.offset)
+    assert (options.size, options.allow_nvls, options.predecessor_triggers_early) == (80, 0, 7)
     with pytest.raises(pooler.InvalidArgument, match="size is 56"):
         pooler._library.call("pooler_options_init", ctypes.byref(options), 56)
 

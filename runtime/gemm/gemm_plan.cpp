@@ -69,6 +69,13 @@ Derived derive(int rows, int k, const PoolerGemmShape& s, bool publish) {
   return d;
 }
 
+// The middle of w on chip (WShared): a row's steps, 64 (mod 128) bytes apart as the template's
+// kMiddlePitch (conflict-free fragment loads).
+long long middle_pitch(const WShared& w) {
+  const long long row = 64LL * w.steps;
+  return row % 128 == 0 ? row + 64 : row;
+}
+
 }  // namespace
 
 bool gemm_prologue_holds_all_of_w(int rows, int k, const PoolerGemmShape& s) {
@@ -77,7 +84,7 @@ bool gemm_prologue_holds_all_of_w(int rows, int k, const PoolerGemmShape& s) {
   return registers_hold_all_of_w(s, chunks) || (s.stages > 0 && s.stages == chunks);
 }
 
-long long gemm_shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s, bool publish) {
+long long gemm_shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s, bool publish, const WShared& w) {
   const Derived d = derive(rows, k, s, publish);
   const long long x_bytes = d.x_in_registers ? 0 : static_cast<long long>(rows) * d.x_pitch;
   const long long reduce_offset = (x_bytes + 15) / 16 * 16;
@@ -91,8 +98,14 @@ long long gemm_shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s,
     // The ring: stages per warp, for every warp.
     const long long ring_offset = (reduce_offset + reduce_bytes + 15) / 16 * 16;
     bytes = ring_offset + static_cast<long long>(s.stages) * s.warps() * d.stage_bytes;
+  } else if (w.steps > 0) {
+    // The middle of w: outputs_per_block rows of `steps` steps, 128-byte aligned (as w on chip).
+    const long long middle_offset = (reduce_offset + reduce_bytes + 127) / 128 * 128;
+    bytes = middle_offset + static_cast<long long>(s.outputs_per_block) * middle_pitch(w);
   }
-  // async_reduce, w_on_chip: their mbarriers, in one 16-byte aligned block.
+  // async_reduce, w_on_chip, the middle's chunks: their mbarriers, in one 16-byte aligned block
+  // (async_reduce's first, then w's: one, or one per chunk of the middle).
+  if (w.steps > 0) return (bytes + 15) / 16 * 16 + (8 + 8LL * w.chunks + 15) / 16 * 16;
   return s.async_reduce || s.w_on_chip ? (bytes + 15) / 16 * 16 + 16 : bytes;
 }
 
@@ -113,10 +126,16 @@ std::string describe(const PoolerGemmShape& s) {
 
 namespace {
 
+// The shape's description, and the middle of w where there is one.
+std::string describe_plan(const PoolerGemmShape& s, const WShared& w) {
+  return w == WShared{} ? describe(s)
+                        : fmt::format("{}, middle of w on chip: {} steps in {} chunks", describe(s), w.steps, w.chunks);
+}
+
 [[noreturn]] void refuse(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish* publish,
-                         const std::string& what) {
+                         const std::string& what, const WShared& w = {}) {
   throw InvalidArgument(fmt::format(
-      "pooler GEMM (rows {}, N {}, K {}, {}{}): {}", rows, n, k, describe(s),
+      "pooler GEMM (rows {}, N {}, K {}, {}{}): {}", rows, n, k, describe_plan(s, w),
       publish ? fmt::format(", publish tp {} capacity {}", publish->tp, publish->capacity) : std::string(), what));
 }
 
@@ -180,6 +199,34 @@ void validate_shape(int rows, int n, int k, const PoolerGemmShape& s, const Gemm
   }
 }
 
+// The middle of w on chip, on a shape that passed validate_shape.
+void validate_w_shared(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish* publish, const WShared& w) {
+  auto fail = [&](const std::string& what) { refuse(rows, n, k, s, publish, what, w); };
+  if (w.steps < 0) fail(fmt::format("w_shared steps = {} must be 0 (all of w streams) or positive", w.steps));
+  if (w.steps == 0) {
+    if (w.chunks != 1) fail(fmt::format("w_shared chunks = {} with no steps: copies need steps > 0", w.chunks));
+    return;
+  }
+  if (w.chunks < 1 || w.chunks > 8) fail(fmt::format("w_shared chunks = {} must lie in [1, 8]", w.chunks));
+  if (w.steps % w.chunks != 0) {
+    fail(fmt::format("w_shared steps = {} must be a multiple of chunks = {} (equal copies)", w.steps, w.chunks));
+  }
+  if (s.stages != 0 || s.w_on_chip) {
+    fail("the middle of w on chip needs the register path (stages = 0, w_on_chip = false)");
+  }
+  if (s.warps_k != 1) {
+    fail(fmt::format("the middle of w on chip needs warps_k = 1, not {} (a row's middle is one contiguous range)",
+                     s.warps_k));
+  }
+  const int warp_steps = k / s.split_k / 32;
+  if (s.k_unroll + w.steps > warp_steps) {
+    fail(
+        fmt::format("w_shared steps = {} is more than the {} of the warp's {} steps the prologue's {} registers "
+                    "leave",
+                    w.steps, warp_steps - s.k_unroll, warp_steps, s.k_unroll));
+  }
+}
+
 // What the fused publish adds: the mailbox it stores into.
 void validate_publish(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish& p) {
   auto fail = [&](const std::string& what) { refuse(rows, n, k, s, &p, what); };
@@ -200,8 +247,9 @@ void validate_publish(int rows, int n, int k, const PoolerGemmShape& s, const Ge
 }
 
 // The shared memory of a shape that passed validate_shape (and validate_publish).
-int validated_shared_bytes(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish* publish) {
-  const long long bytes = gemm_shared_bytes_unchecked(rows, k, s, publish != nullptr);
+int validated_shared_bytes(int rows, int n, int k, const PoolerGemmShape& s, const GemmPublish* publish,
+                           const WShared& w) {
+  const long long bytes = gemm_shared_bytes_unchecked(rows, k, s, publish != nullptr, w);
   if (bytes > kMaxGemmSharedBytes) {
     refuse(
         rows, n, k, s, publish,
@@ -210,23 +258,30 @@ int validated_shared_bytes(int rows, int n, int k, const PoolerGemmShape& s, con
                     bytes, rows, k / s.split_k,
                     s.w_on_chip ? fmt::format(", w on chip: {} rows x {} K values", s.outputs_per_block, k / s.split_k)
                     : s.stages > 0 ? std::string(", the ring")
+                    : w.steps > 0  ? fmt::format(", the middle of w: {} rows x {} steps", s.outputs_per_block, w.steps)
                                    : std::string(),
                     kMaxGemmSharedBytes,
                     s.w_on_chip    ? " or lower outputs_per_block, or set w_on_chip = false"
                     : s.stages > 0 ? " or lower stages or k_unroll"
-                                   : ""));
+                    : w.steps > 0  ? " or lower the w_shared steps"
+                                   : ""),
+        w);
   }
   return static_cast<int>(bytes);
 }
 
 }  // namespace
 
-GemmPlan::GemmPlan(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish)
-    : rows_(rows), n_(n), k_(k), shape_(shape), publish_(publish ? *publish : GemmPublish{}) {
+GemmPlan::GemmPlan(int rows, int n, int k, const PoolerGemmShape& shape, const GemmPublish* publish,
+                   const WShared& w_shared)
+    : rows_(rows), n_(n), k_(k), shape_(shape), publish_(publish ? *publish : GemmPublish{}), w_shared_(w_shared) {
   validate_shape(rows, n, k, shape, publish);
+  validate_w_shared(rows, n, k, shape, publish, w_shared);
   if (publish) validate_publish(rows, n, k, shape, *publish);
-  shared_bytes_ = validated_shared_bytes(rows, n, k, shape, publish);
+  shared_bytes_ = validated_shared_bytes(rows, n, k, shape, publish, w_shared);
 }
+
+std::string GemmPlan::describe() const { return describe_plan(shape_, w_shared_); }
 
 bool GemmPlan::prologue_holds_all_of_w() const { return gemm_prologue_holds_all_of_w(rows_, k_, shape_); }
 
@@ -243,7 +298,7 @@ GemmPlan GemmPlan::publishing(const GemmPublish& publish) const {
   validate_publish(rows_, n_, k_, shape_, publish);
   GemmPlan plan = *this;
   plan.publish_ = publish;
-  plan.shared_bytes_ = validated_shared_bytes(rows_, n_, k_, shape_, &publish);
+  plan.shared_bytes_ = validated_shared_bytes(rows_, n_, k_, shape_, &publish, w_shared_);
   return plan;
 }
 
@@ -275,9 +330,11 @@ Form GemmPlan::form(bool trace) const {
   const PoolerGemmShape& shape = shape_;
   const GemmPublish* publish = this->publish();
   const int bytes = shared_bytes_;
-  const std::string name = fmt::format("pooler_gemm_b{}_n{}_k{}", rows_, n_, k_) +
-                           (publish ? fmt::format("_pub_tp{}_cap{}", publish->tp, publish->capacity) : std::string()) +
-                           (trace ? "_trace" : "");
+  const std::string name =
+      fmt::format("pooler_gemm_b{}_n{}_k{}", rows_, n_, k_) +
+      (publish ? fmt::format("_pub_tp{}_cap{}", publish->tp, publish->capacity) : std::string()) +
+      (w_shared_.steps > 0 ? fmt::format("_mid{}x{}", w_shared_.steps, w_shared_.chunks) : std::string()) +
+      (trace ? "_trace" : "");
   const char* entry = publish ? kPoolerGemmPublishEntry : kPoolerGemmEntry;
   // Forms without publish set TP and CAPACITY to 0 too: the template names them in
   // code that only those forms compile, and C++ wants them declared.
@@ -296,6 +353,8 @@ Form GemmPlan::form(bool trace) const {
       .set("STAGES", shape.stages)
       .set("W_ON_CHIP", shape.w_on_chip ? 1 : 0)
       .set("X_IN_REGISTERS", derive(rows_, k_, shape, publish != nullptr).x_in_registers ? 1 : 0)
+      .set("W_SHARED_STEPS", w_shared_.steps)
+      .set("W_SHARED_CHUNKS", w_shared_.chunks)
       .set("ASYNC_REDUCE", shape.async_reduce ? 1 : 0)
       .set("MIN_CTAS", shape.ctas_per_sm)
       .set("SMEM_BYTES", bytes)

@@ -135,6 +135,35 @@ bool choose_on_chip(int n, int rows, int k, const TuningOverrides& overrides, Po
   return true;
 }
 
+// The middle of w on chip (WShared) for a chosen shape, where the rule takes it (gemm_rule.hpp,
+// choose_gemm_plan): with x early, on the register path with one warp over K from 5 rows (below, at
+// N = 1024, the whole share is on chip) to 16, the most steps from 22 down to 16 in two chunks that
+// leave two CTAs an SM (with the fused publish's reduction, the larger). Two chunks: the MMAs start
+// as the first half lands, and more chunks' copies cost more than they gain (decision 0044).
+constexpr int kWSharedChunks = 2;
+constexpr int kWSharedMinRows = 5;
+constexpr int kWSharedMaxRows = 16;
+constexpr int kWSharedMostSteps = 22;
+constexpr int kWSharedFewestSteps = 16;
+
+WShared choose_w_shared(int rows, int k, const TuningOverrides& overrides, bool predecessor_triggers_early,
+                        const PoolerGemmShape& s) {
+  if (!predecessor_triggers_early || overrides.gemm_on_chip != Switch::rule || overrides.gemm_ring == Switch::on) {
+    return {};
+  }
+  if (rows < kWSharedMinRows || rows > kWSharedMaxRows || s.stages != 0 || s.w_on_chip || s.warps_k != 1 ||
+      gemm_prologue_holds_all_of_w(rows, k, s)) {
+    return {};
+  }
+  const int warp_steps = k / s.split_k / 32;
+  for (int steps = kWSharedMostSteps; steps >= kWSharedFewestSteps; steps -= kWSharedChunks) {
+    const WShared w{steps, kWSharedChunks};
+    if (s.k_unroll + steps > warp_steps) continue;
+    if (gemm_shared_bytes_unchecked(rows, k, s, true, w) <= kTwoCtasSharedBytes) return w;
+  }
+  return {};
+}
+
 // The reduction for a chosen shape, in place: async (st.async into the summing
 // CTA's mbarrier) instead of a cluster barrier, where it pays in the pooler's
 // chain (docs/decisions/0006-async-reduction.md,
@@ -248,11 +277,11 @@ PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows) {
   return s;
 }
 
-GemmPlan choose_gemm_plan(int n, int k, int rows, const TuningOverrides& overrides) {
+GemmPlan choose_gemm_plan(int n, int k, int rows, const TuningOverrides& overrides, bool predecessor_triggers_early) {
   PoolerGemmShape s = register_shape(n, k, rows);
   if (!choose_on_chip(n, rows, k, overrides, s)) choose_ring(n, rows, k, overrides.gemm_ring, s);
   choose_reduction(rows, k, overrides.gemm_async_reduce, s);
-  return GemmPlan(rows, n, k, s);
+  return GemmPlan(rows, n, k, s, nullptr, choose_w_shared(rows, k, overrides, predecessor_triggers_early, s));
 }
 
 PoolerGemmShape choose_streaming_gemm_shape(int n, int k, int rows, const TuningOverrides& overrides) {

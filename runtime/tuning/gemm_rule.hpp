@@ -35,8 +35,17 @@ namespace pooler {
 // shared memory).
 PoolerGemmShape choose_gemm_shape(int n, int k, int rows, const TuningOverrides& overrides = {});
 
-// The rule's shape (choose_gemm_shape) as a plan, validated once.
-GemmPlan choose_gemm_plan(int n, int k, int rows, const TuningOverrides& overrides = {});
+// The rule's shape (choose_gemm_shape) as a plan, validated once. With predecessor_triggers_early
+// (PoolerOptions::predecessor_triggers_early: x arrives well before the GEMM's PDL wait), the plan
+// also keeps the middle of w on chip (WShared) where the register shape streams w with one warp over
+// K from 5 to 16 rows: the most steps from 22 down to 16, in two chunks, that leave two CTAs an SM
+// (N = 1024 at K = 8192: 22 at b = 5-8, 20 at 9-11, 18 at 12-15, 16 at 16; none at N = 512, 2048,
+// 4096).
+// It loses 1-2 us where x comes at the predecessor's end, hence not without the flag
+// (docs/decisions/0044-middle-of-w-on-chip.md). POOLER_GEMM_ON_CHIP=off or =on and
+// POOLER_GEMM_RING=on leave it out.
+GemmPlan choose_gemm_plan(int n, int k, int rows, const TuningOverrides& overrides = {},
+                          bool predecessor_triggers_early = false);
 
 // The rule without the on-chip path: w streamed through registers or a ring,
 // what choose_gemm_shape gives with gemm_on_chip off (for comparisons).

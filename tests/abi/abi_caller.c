@@ -10,8 +10,10 @@
  * ends where a PROT_NONE page begins is filled and read without a fault; that
  * the old caller's missing fields take their defaults (allow_nvls = 0: with
  * NCCL_NVLS_ENABLE=1 pooler_create refuses, where reading the canary as
- * allow_nvls would accept) and the current caller's are read (allow_nvls = 1:
- * accepted, then no driver); and that bad headers are refused, named. No GPU:
+ * allow_nvls would accept; predecessor_triggers_early = 0, where reading the
+ * canary as it would be refused as 0x01010101) and the current caller's are
+ * read (allow_nvls = 1: accepted, then no driver; predecessor_triggers_early
+ * = 2: refused, named); and that bad headers are refused, named. No GPU:
  * the driver is made unloadable, the communicator is tests/fake_nccl_comm.c's,
  * and pooler_create always fails before its first collective. */
 #define _DEFAULT_SOURCE
@@ -82,6 +84,7 @@ static void check_defaults(const pooler_options* options) {
   CHECK(options->hidden == 8192 && options->pooled == 4096);
 #ifndef POOLER_TEST_PREVIOUS_HEADER
   CHECK(options->transport == POOLER_TRANSPORT_AUTO && options->allow_nvls == 0);
+  CHECK(options->predecessor_triggers_early == 0);
 #endif
 }
 
@@ -147,16 +150,24 @@ static void check_create(pooler_comm_t comm) {
   pooler_t pooler = NULL;
   EXPECT(pooler_options_init(&guarded.options, sizeof(guarded.options)), POOLER_OK, NULL);
   describe(&guarded.options);
-  /* Read as transport, these bytes would be transport 0x01010101, as allow_nvls 1. */
+  /* Read as transport, these bytes would be transport 0x01010101, as allow_nvls 1, as
+   * predecessor_triggers_early 0x01010101 (refused: POOLER_INVALID_ARGUMENT). */
   memset(guarded.canary, 0x01, sizeof(guarded.canary));
   setenv("NCCL_NVLS_ENABLE", "1", 1);
 #ifdef POOLER_TEST_PREVIOUS_HEADER
-  /* allow_nvls lies past the struct: its default (0) refuses NVLS. */
+  /* allow_nvls and predecessor_triggers_early lie past the struct: their defaults (0): NVLS refused. */
   EXPECT(pooler_create(&pooler, comm, &guarded.options), POOLER_OTHER, "NCCL_NVLS_ENABLE is \"1\"");
 #else
   /* The caller's allow_nvls = 1 is read: NVLS accepted, then no driver. */
   guarded.options.allow_nvls = 1;
   EXPECT(pooler_create(&pooler, comm, &guarded.options), POOLER_NO_DRIVER, "no CUDA driver");
+  /* The caller's predecessor_triggers_early is read: 1 accepted, 2 refused, named. */
+  guarded.options.predecessor_triggers_early = 1;
+  EXPECT(pooler_create(&pooler, comm, &guarded.options), POOLER_NO_DRIVER, "no CUDA driver");
+  guarded.options.predecessor_triggers_early = 2;
+  EXPECT(pooler_create(&pooler, comm, &guarded.options), POOLER_INVALID_ARGUMENT,
+         "options->predecessor_triggers_early is 2");
+  guarded.options.predecessor_triggers_early = 0;
   guarded.options.allow_nvls = 0;
 #endif
   CHECK(pooler == NULL);

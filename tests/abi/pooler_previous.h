@@ -2,7 +2,9 @@
 /* A frozen pooler.h of an earlier release of the same ABI, for tests/abi/old_caller.c: what a
  * program built before the last fields of pooler_options were appended compiled against. It
  * stands for any such release: the struct ends after `pooled` (POOLER_OPTIONS_MIN_SIZE bytes),
- * the fields that came after (transport, allow_nvls) are not there. Only the declarations the
+ * the fields that came after (transport, allow_nvls, predecessor_triggers_early) are not there. (A
+ * caller whose struct ends between them, after allow_nvls, is checked by test_c_api_cpu.c and
+ * test_c_api_cxx.cpp with a smaller `size`.) Only the declarations the
  * old caller uses; they are pooler.h's, byte for byte and signature for signature.
  *
  * Never edit this file to follow pooler.h: it is the point of the test that it does not. When

@@ -99,13 +99,14 @@ const Command kCommands[] = {
     {"build",
      "usage: pooler-cubin build [--arch ARCH]... [--tp N]... [--batches LIST] [--capacity N]\n"
      "                         [--hidden H] [--pooled P] [--norm EPS:GC]... [--edge-norm EPS:GC]...\n"
-     "                         [--sample]\n\n"
+     "                         [--predecessor-triggers-early] [--sample]\n\n"
      "Compiles every form of a pooler configuration into the cache ahead of time, independent forms in "
      "parallel, and prints each form with its origin, compile time and kernels' resources. Defaults: Muse "
      "Spark (H 8192, P 4096), --arch sm_90 --arch sm_100a, --tp 1 --tp 2 --tp 4 --tp 8, --batches "
      "1,2,4,8,16, --capacity 32, --norm 1e-5:1 (NVFP4 layers), --edge-norm 1e-5:1 (BF16 edge layers); the "
-     "stock norm and quantize forms of the benchmark are included. --sample compiles only the runtime's "
-     "sample form.\n"},
+     "stock norm and quantize forms of the benchmark are included. --predecessor-triggers-early: the forms "
+     "of a Pooler built with PoolerOptions::predecessor_triggers_early (its GEMMs keep the middle of w on "
+     "chip where the rule does). --sample compiles only the runtime's sample form.\n"},
 };
 
 // The library's location (POOLER_CACHE, POOLER_CACHE_DIR, POOLER_CACHE_SHARED);
@@ -453,6 +454,7 @@ void add_build_flags(CLI::App& app, BuildFlags& flags) {
   tools::add_number(app, "--pooled", config.pooled, 1, 1 << 20);
   app.add_option("--norm", flags.norms);
   app.add_option("--edge-norm", flags.edge_norms);
+  app.add_flag("--predecessor-triggers-early", config.predecessor_triggers_early);
   app.add_flag("--sample", flags.request.sample);
 }
 

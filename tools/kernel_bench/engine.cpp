@@ -171,38 +171,43 @@ class EngineRig {
 
   int rotation() const { return rotation_; }
 
-  // Every row of b: one per trigger variant.
+  // Every row of b: one per trigger variant, each with the Pooler's forms of an engine that says so
+  // (PoolerOptions::predecessor_triggers_early: the early rows' GEMM may keep the middle of w on chip).
   std::vector<EngineRow> measure(int b) {
     const std::vector<std::vector<int>> choice = engine_expert_choice(o_, b);
     upload_choice(choice);
-    load(b);
-    const PoolerAtBatch& p = *at_;
     EngineRow base;
     base.tp = tp_;
     base.b = b;
     base.n = s_.pool_n;
     base.rotation = rotation_;
-    base.forms = fmt::format("{}; consumer {}", describe(p.fused->shape()), to_string(p.trigger));
     double distinct = 0;
     for (const auto& layer : choice) distinct += static_cast<double>(layer.size());
     base.experts = distinct / static_cast<double>(o_.layers);
     base.others_floor = others_bytes(b, choice) / (gpu_.ceiling_gbps * 1e3);
     base.pooler_floor = static_cast<double>(s_.pool_weight(o_.hidden)) / (gpu_.ceiling_gbps * 1e3);
-    base.check = check(b, o_.triggers.front() == "early");
     const Stream& stream = gpu_.stream;
     const int layers = o_.layers;
-    // X alone, layer after layer on the x each layer produced in the check's replay.
-    base.fused_alone =
-        kernel_bench::time_graph(stream, layers, o_.replays, [&](int layer) { enqueue_x(X::fused, layer, b); });
-    if (o_.stock) {
-      base.stock_alone =
-          kernel_bench::time_graph(stream, layers, o_.replays, [&](int layer) { enqueue_x(X::stock, layer, b); });
-    }
     std::vector<EngineRow> rows;
     for (const std::string& trigger : o_.triggers) {
+      const bool early = trigger == "early";
+      load(b, early);
+      const PoolerAtBatch& p = *at_;
       EngineRow row = base;
       row.trigger = trigger;
-      const bool early = trigger == "early";
+      row.forms = fmt::format("{}; consumer {}", p.fused_plan->describe(), to_string(p.trigger));
+      row.check = check(b, early);
+      // X alone, layer after layer on the x each layer produced in the check's replay.
+      row.fused_alone =
+          kernel_bench::time_graph(stream, layers, o_.replays, [&](int layer) { enqueue_x(X::fused, layer, b); });
+      if (o_.stock) {
+        if (rows.empty()) {
+          row.stock_alone =
+              kernel_bench::time_graph(stream, layers, o_.replays, [&](int layer) { enqueue_x(X::stock, layer, b); });
+        } else {
+          row.stock_alone = rows.front().stock_alone;  // the stock path does not depend on the trigger's forms
+        }
+      }
       auto time = [&](X x, bool prefetch = false) {
         return kernel_bench::time_graph(stream, layers, o_.replays,
                                         [&](int layer) { enqueue_layer(x, layer, b, early, prefetch); });
@@ -216,16 +221,16 @@ class EngineRig {
       row.null = time(X::null);
       row.none = time(X::none);
       if (!o_.trace_dir.empty()) trace(b, trigger);
+      // Every call's GEMM takes a ticket, unless it lets the consumer start in its prologue (decision 0026).
+      const MailboxStateBlock block = p.mailbox->state().read(stream.get());
+      const std::uint32_t tickets = p.fused_plan->triggers_in_prologue() ? 0u : block.calls;
+      if (block.failed != 0u || block.launches != tickets || p.mailbox->state().timed_out()) {
+        const std::string failure =
+            fmt::format("FAILED: mailbox state after timing: failed {}, {} launches for {} calls ({})", block.failed,
+                        block.launches, block.calls, p.mailbox->state().describe_timeout());
+        row.check = row.check == "ok" ? failure : row.check + "; " + failure;
+      }
       rows.push_back(row);
-    }
-    // Every call's GEMM takes a ticket, unless it lets the consumer start in its prologue (decision 0026).
-    const MailboxStateBlock block = p.mailbox->state().read(stream.get());
-    const std::uint32_t tickets = p.fused_plan->triggers_in_prologue() ? 0u : block.calls;
-    if (block.failed != 0u || block.launches != tickets || p.mailbox->state().timed_out()) {
-      const std::string failure =
-          fmt::format("FAILED: mailbox state after timing: failed {}, {} launches for {} calls ({})", block.failed,
-                      block.launches, block.calls, p.mailbox->state().describe_timeout());
-      for (EngineRow& row : rows) row.check = row.check == "ok" ? failure : row.check + "; " + failure;
     }
     return rows;
   }
@@ -269,12 +274,13 @@ class EngineRig {
     ids_.upload(table.data(), table.size() * sizeof(int));
   }
 
-  // The Pooler's forms at this width for b, as Pooler::run takes them.
-  void load(int b) {
+  // The Pooler's forms at this width for b, as Pooler::run takes them, with `early` as
+  // PoolerOptions::predecessor_triggers_early.
+  void load(int b, bool early) {
     at_.reset();
     at_ = std::make_unique<PoolerAtBatch>();
     PoolerAtBatch& p = *at_;
-    const PoolerForms plan = pooler_forms(engine_pooler_config(o_, tp_, {b}));
+    const PoolerForms plan = pooler_forms(engine_pooler_config(o_, tp_, {b}, early));
     auto loaded = [&](std::size_t index) -> const LoadedForm& {
       p.loaded.push_back(
           std::make_unique<LoadedForm>(*gpu_.cache.get(plan.forms[index], gpu_.arch).entry, gpu_.context));

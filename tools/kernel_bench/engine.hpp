@@ -109,8 +109,10 @@ inline int engine_tokens(const EngineOptions& o, int layer) {
 std::vector<std::vector<int>> engine_expert_choice(const EngineOptions& o, int b);
 
 // The Pooler's configuration at tp for these batches, with its default consumer (what a Pooler of
-// these options compiles, and the stock norm and quantize).
-PoolerConfig engine_pooler_config(const EngineOptions& o, int tp, const std::vector<int>& batches);
+// these options compiles, and the stock norm and quantize); predecessor_triggers_early as the
+// PoolerOptions field of that name (the rows of the early trigger set it).
+PoolerConfig engine_pooler_config(const EngineOptions& o, int tp, const std::vector<int>& batches,
+                                  bool predecessor_triggers_early);
 
 // Every form the section compiles (the read ceiling, the surrogates, the fill, the Pooler's forms of
 // each (tp, b), the plain GEMMs of qkv and o_proj, the stock norm and quantize), each once.

@@ -42,7 +42,8 @@ options:
   --tps LIST            tensor-parallel sizes, 1, 2, 4 or 8 (default 1,2,4,8)
   --batches LIST        batches b, 1 to 32 (default 1,2,8,16)
   --triggers LIST       when the x-producing kernel lets its dependents start: early (at its
-                        start), end (after its last store) (default early,end)
+                        start), end (after its last store) (default early,end); the early rows'
+                        Pooler is built with predecessor_triggers_early, as an engine would build it
   --layers L            layers per graph, at least 2; the first and last are BF16 edge layers (default 62)
   --replays R           timed replays of each graph; medians are reported (default 20)
   --hidden H            the residual width, the pooler's K, a multiple of 8192 (default 8192; the row
@@ -188,7 +189,8 @@ std::vector<std::vector<int>> engine_expert_choice(const EngineOptions& o, int b
   return out;
 }
 
-PoolerConfig engine_pooler_config(const EngineOptions& o, int tp, const std::vector<int>& batches) {
+PoolerConfig engine_pooler_config(const EngineOptions& o, int tp, const std::vector<int>& batches,
+                                  bool predecessor_triggers_early) {
   PoolerConfig config;
   config.hidden = o.hidden;
   config.pooled = o.pooled;
@@ -199,6 +201,7 @@ PoolerConfig engine_pooler_config(const EngineOptions& o, int tp, const std::vec
   config.edge_norms = {NormConstants{}};
   config.stock = true;
   config.overrides = bench::process_overrides();
+  config.predecessor_triggers_early = predecessor_triggers_early;
   return config;
 }
 
@@ -208,7 +211,10 @@ std::vector<Form> engine_forms(const EngineOptions& o) {
   forms.push_back(fill_form());
   for (int tp : o.tps) {
     const EngineShape s = engine_shape(o, tp);
-    for (Form& form : pooler_forms(engine_pooler_config(o, tp, o.batches)).forms) forms.push_back(std::move(form));
+    for (const std::string& trigger : o.triggers) {
+      const PoolerConfig config = engine_pooler_config(o, tp, o.batches, trigger == "early");
+      for (Form& form : pooler_forms(config).forms) forms.push_back(std::move(form));
+    }
     for (int b : o.batches) {
       forms.push_back(choose_gemm_plan(s.qkv_n, o.hidden, b, bench::process_overrides()).form());
       forms.push_back(choose_gemm_plan(o.hidden, s.att_k, b, bench::process_overrides()).form());

@@ -156,11 +156,19 @@ class Pooler:
     `transport`: "auto" (default: "lamport" when every rank reaches every other's memory by load and
     store, "nccl" otherwise; every rank decides alike), "lamport" (the mailbox) or "nccl" (an NCCL
     all-gather; across hosts; never raises PeerTimeout). The `transport` property says which was taken.
+
+    `predecessor_triggers_early`: True where the kernel the engine launches on run()'s stream just
+    before run() (the one that writes x) lets its dependents start early (griddepcontrol.launch_dependents
+    before it writes x), so that run()'s GEMM starts while it runs and brings more of w on chip before its
+    PDL wait. The same bits either way; set it only where the predecessor triggers early (where it triggers
+    at its end the GEMM is 1-2 us slower with it). False (default): x arrives at the predecessor's end.
+    Every rank must pass the same value.
     """
 
     def __init__(self, group, *, tp: int, rank: int, device, layers: Sequence[PoolerLayer],
                  batches: Sequence[int] = (8,), capacity: int = 32, enable_pdl: bool = True,
-                 spin_timeout_s: float = 10.0, nccl_comm=None, transport: str = "auto", allow_nvls: bool = False):
+                 spin_timeout_s: float = 10.0, nccl_comm=None, transport: str = "auto", allow_nvls: bool = False,
+                 predecessor_triggers_early: bool = False):
         self._handle = ctypes.c_void_p()
         self._comm = ctypes.c_void_p()
         self._id = None
@@ -170,6 +178,7 @@ class Pooler:
         error = None
         try:
             self._validate_transport(transport, allow_nvls, nccl_comm)
+            self._validate_predecessor(predecessor_triggers_early)
             self._validate(group, tp, rank, device, layers, batches, capacity, enable_pdl, spin_timeout_s)
         except Exception as caught:  # noqa: BLE001 (any type: a torch RuntimeError must reach the vote too)
             error = caught
@@ -249,6 +258,12 @@ class Pooler:
             raise ValueError("allow_nvls=True needs nccl_comm= (the engine's communicator): the communicators "
                              "pooler creates itself always refuse NVLink multicast")
 
+    def _validate_predecessor(self, predecessor_triggers_early):
+        if not isinstance(predecessor_triggers_early, bool):
+            raise TypeError(f"predecessor_triggers_early is {predecessor_triggers_early!r} "
+                            f"({type(predecessor_triggers_early).__name__}); expected a bool")
+        self.predecessor_triggers_early = predecessor_triggers_early
+
     def _agree(self, group, error, device):
         if not isinstance(group, dist.ProcessGroup):
             raise error
@@ -311,6 +326,7 @@ class Pooler:
         options.pooled = self.pooled
         options.transport = _abi.CONSTANTS[TRANSPORTS[self.requested_transport]]
         options.allow_nvls = 1 if self.allow_nvls else 0
+        options.predecessor_triggers_early = 1 if self.predecessor_triggers_early else 0
         call("pooler_create", ctypes.byref(self._handle), self._comm, ctypes.byref(options))
         block, outputs = _abi.Tensor(), _abi.ExpertInput()
         self._call("pooler_scratch", ctypes.byref(block), ctypes.byref(outputs))
