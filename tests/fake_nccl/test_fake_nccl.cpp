@@ -186,6 +186,28 @@ TEST(FakeNccl, RanksWithDifferentOverridesFailTogetherNamingTheVariable) {
   EXPECT_EQ(errors[1], "");
 }
 
+// PoolerOptions::predecessor_triggers_early is part of the configuration the ranks vote on: ranks that
+// differ fail together, each message quoting this rank's text.
+TEST(FakeNccl, RanksWithDifferentPredecessorOptionsFailTogether) {
+  set_setup_timeout("30");
+  const std::vector<ncclComm_t> comms = fake_nccl_world(2);
+  std::string errors[2];
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      errors[r] = within_deadline([&] {
+        PoolerOptions o = options(2);
+        o.predecessor_triggers_early = r == 1;
+        Pooler pooler(comms[r], o);
+      });
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  expect_mentions(errors[0], {"Pooler rank 0", "different configuration", "predecessor_triggers_early=false"});
+  expect_mentions(errors[1], {"Pooler rank 1", "different configuration", "predecessor_triggers_early=true"});
+  EXPECT_EQ(fake_nccl_pending(comms[0]), 0);
+}
+
 TEST(FakeNccl, DeadPeerDuringConstructionFailsWithinTheDeadline) {
   set_setup_timeout("1");
   const std::vector<ncclComm_t> comms = fake_nccl_world(2);  // rank 1 never comes
