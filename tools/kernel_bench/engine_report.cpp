@@ -67,6 +67,8 @@ void print_engine_notes(const EngineOptions& o, double seconds) {
       "  each surrounding weight and KV buffer rotated through (the pooler's weights are distinct per layer).\n"
       "  trig: the all-reduce + norm surrogate lets its dependents (X's first kernel) start at its start (early) or\n"
       "  after its last store (end); cuBLAS is launched without PDL, so the stock X waits for it either way.\n"
+      "  The early rows' Pooler is built with predecessor_triggers_early, as such an engine would build it (its\n"
+      "  GEMM may keep the middle of w on chip: the row's forms say so), the end rows' without.\n"
       "SURROGATES: the attention (reads the KV bytes, XOR-reduces them, copies the q columns), the all-reduce +\n"
       "  residual + pre-expert norm (tp - 1 partials are fixed stand-ins in local memory), the router (a cheap\n"
       "  decode of X's output times FP32 weights) and the experts (read the chosen experts' bytes, XOR-reduce)\n"
