@@ -186,15 +186,9 @@ class GemmGpu : public ::testing::Test {
 
   // One loaded GEMM per (rows, shape), compiled together.
   std::vector<PoolerGemm> load(const std::vector<int>& rows, int n, int k, const std::vector<PoolerGemmShape>& shapes) {
-    std::vector<Form> forms;
-    for (std::size_t i = 0; i < rows.size(); ++i) forms.push_back(pooler_gemm_form(rows[i], n, k, shapes[i]));
-    const std::vector<Lookup> lookups = cache_->get_all(forms, architecture_);
-    std::vector<PoolerGemm> gemms;
-    gemms.reserve(rows.size());
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      gemms.emplace_back(*lookups[i].entry, context_->get(), rows[i], n, k, shapes[i]);
-    }
-    return gemms;
+    std::vector<GemmPlan> plans;
+    for (std::size_t i = 0; i < rows.size(); ++i) plans.emplace_back(rows[i], n, k, shapes[i]);
+    return load_plans(plans);
   }
 
   // One loaded GEMM per plan, compiled together.

@@ -138,6 +138,15 @@ __device__ __forceinline__ void load_x_fragments(U32x4 (&xf)[kBatchTiles], const
   }
 }
 
+// One K step of w into registers: each tile's rows g and g + 8 (w_step: row g of tile 0 at that step).
+__device__ __forceinline__ void load_w_step(U32x4 (&regs)[TILES][2], const u16* w_step, unsigned long long policy) {
+#pragma unroll
+  for (int t = 0; t < TILES; ++t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) regs[t][h] = pooler::ld_stream_v4(w_step + (16 * t + 8 * h) * K, policy);
+  }
+}
+
 // acc[b] += one 16-row tile of w (lo: row g, hi: row g + 8, K 8q .. 8q+7) times each batch tile;
 // the step's two MMAs go to two accumulators, so a warp has two dependent MMA chains, not one.
 // why: docs/design/gemm.md, "Two accumulator chains".
@@ -259,14 +268,15 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   if constexpr (ASYNC_REDUCE) {
     if (thread_x == 0 && split < kOwners) pooler::mbarrier_expect_bytes(barrier, kSentPartials * ROWS * kOwned * 4);
   }
-  // The middle's mbarriers, one a chunk, here too: initialized after the register loads, their fences
-  // would wait for those loads and hold the copies back.
-  const u32 middle_barriers = barrier + 8;
+  // The copies of w land on w_barrier (W_ON_CHIP), or chunk c of the middle on w_barrier + 8c. The
+  // middle's are initialized here too: after the register loads, their fences would wait for those
+  // loads and hold the copies back.
+  const u32 w_barrier = barrier + 8;
   if constexpr (kWMiddle) {
     if (thread_x == 0) {
 #pragma unroll
       for (int chunk = 0; chunk < W_SHARED_CHUNKS; ++chunk) {
-        pooler::mbarrier_expect_bytes(middle_barriers + 8 * chunk, kColumnsPerCta * kMiddleChunkBytes);
+        pooler::mbarrier_expect_bytes(w_barrier + 8 * chunk, kColumnsPerCta * kMiddleChunkBytes);
       }
     }
   }
@@ -279,7 +289,6 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
   // Prologue, before pdl_wait (w is never written by a kernel): registers, ring or all on chip.
   U32x4 wbuf[STAGES == 0 && !W_ON_CHIP ? K_UNROLL : 1][TILES][2];
   Ring ring{};
-  const u32 w_barrier = barrier + 8;
   if constexpr (W_ON_CHIP) {
     // __syncwarp orders the fenced init before every lane's copies. Nothing else writes this
     // memory, so no proxy fence is needed.
@@ -296,14 +305,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
     }
   } else if constexpr (STAGES == 0) {
 #pragma unroll
-    for (int u = 0; u < K_UNROLL; ++u) {
-#pragma unroll
-      for (int t = 0; t < TILES; ++t) {
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          wbuf[u][t][h] = pooler::ld_stream_v4(w_lane + (16 * t + 8 * h) * K + 32 * u, policy);
-      }
-    }
+    for (int u = 0; u < K_UNROLL; ++u) load_w_step(wbuf[u], w_lane + 32 * u, policy);
     if constexpr (kWMiddle) {
       // After the register loads: chunk by chunk (every row's first chunk first), lane r a row at a
       // time. __syncwarp orders thread 0's fenced inits before the other lanes' copies.
@@ -318,7 +320,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
             pooler::cp_async_bulk_to_shared(
                 middle + r * kMiddlePitch + chunk * kMiddleChunkBytes,
                 w_cta + static_cast<unsigned long long>(r) * K + 32 * kMiddleChunkSteps * chunk, kMiddleChunkBytes,
-                middle_barriers + 8 * chunk, policy);
+                w_barrier + 8 * chunk, policy);
           }
         }
       }
@@ -486,14 +488,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 #pragma unroll
           for (int t = 0; t < TILES; ++t) mma_tile(acc[t], wbuf[u][t][0], wbuf[u][t][1], xf);
         }
-        if (next + u < kSteps) {
-#pragma unroll
-          for (int t = 0; t < TILES; ++t) {
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-              wbuf[u][t][h] = pooler::ld_stream_v4(w_lane + (16 * t + 8 * h) * K + 32 * (next + u), policy);
-          }
-        }
+        if (next + u < kSteps) load_w_step(wbuf[u], w_lane + 32 * (next + u), policy);
       }
     };
     register_round(0, kTailFirst);
@@ -503,7 +498,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
                        static_cast<u32>(16 * q);
 #pragma unroll
     for (int chunk = 0; chunk < W_SHARED_CHUNKS; ++chunk) {
-      pooler::mbarrier_wait_phase_0(middle_barriers + 8 * chunk);
+      pooler::mbarrier_wait_phase_0(w_barrier + 8 * chunk);
 #pragma unroll
       for (int i = 0; i < kMiddleChunkSteps; ++i) {
         const int j = chunk * kMiddleChunkSteps + i;
@@ -536,14 +531,7 @@ __device__ __forceinline__ void gemm(const u16* __restrict__ x, const u16* __res
 #pragma unroll
       for (int t = 0; t < TILES; ++t) mma_tile(acc[t], wbuf[u][t][0], wbuf[u][t][1], xf);
       // Refill this step's registers with the step K_UNROLL ahead.
-      if (iteration + 1 < kIterations) {
-#pragma unroll
-        for (int t = 0; t < TILES; ++t) {
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            wbuf[u][t][h] = pooler::ld_stream_v4(w_next + (16 * t + 8 * h) * K + 32 * u, policy);
-        }
-      }
+      if (iteration + 1 < kIterations) load_w_step(wbuf[u], w_next + 32 * u, policy);
     }
     w_next += 32 * K_UNROLL;
     x_step += 64 * K_UNROLL;
