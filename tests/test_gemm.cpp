@@ -492,37 +492,50 @@ TEST(GemmShapeRule, OnChipCanBeForcedOnOrOff) {
 }
 
 // The middle of w on chip (decision 0044): only with an early predecessor, on the register path with
-// one warp over K from 5 to 16 rows, the most steps (22 down to 16, two chunks) that leave two CTAs an SM.
+// one warp over K, the most steps that leave two CTAs an SM: N = 1024 from 5 to 16 rows (22 down to 16,
+// two chunks), N = 2048 up to 4 rows (12 or 10, one chunk).
 TEST(GemmShapeRule, MiddleOfWOnChipOnlyWithAnEarlyPredecessor) {
   // N = 1024: x's slice (rows x 2112 bytes), the reduction, 64 rows of the middle (64 steps + 64 bytes
-  // of pitch where that is 0 mod 128) and 32 bytes of mbarriers within 113 KiB.
-  const std::map<int, int> steps_by_rows = {{5, 22},  {6, 22},  {7, 22},  {8, 22},  {9, 20},  {10, 20},
-                                            {11, 20}, {12, 18}, {13, 18}, {14, 18}, {15, 18}, {16, 16}};
+  // of pitch where that is 0 mod 128) and 32 bytes of mbarriers within 113 KiB, in two chunks. N = 2048
+  // (TP2): 128 rows a CTA, so fewer steps fit, in one chunk, up to 4 rows, in place of the ring. None
+  // at N = 512 (four warps over K) and 4096 (clusters of 4).
+  std::map<std::pair<int, int>, WShared> middles;
+  for (int rows = 5; rows <= 16; ++rows) {
+    middles[{1024, rows}] = WShared{rows <= 8 ? 22 : rows <= 11 ? 20 : rows <= 15 ? 18 : 16, 2};
+  }
+  for (int rows = 1; rows <= 4; ++rows) middles[{2048, rows}] = WShared{rows <= 3 ? 12 : 10, 1};
+  TuningOverrides no_ring;
+  no_ring.gemm_ring = Switch::off;
   for (int n : kWidths) {
     for (int rows = 1; rows <= kMaxGemmRows; ++rows) {
       SCOPED_TRACE(::testing::Message() << "N " << n << " rows " << rows);
       const GemmPlan late = choose_gemm_plan(n, kHidden, rows);
       const GemmPlan early = choose_gemm_plan(n, kHidden, rows, {}, true);
       EXPECT_EQ(late.w_shared(), WShared{}) << "never without the flag";
-      EXPECT_EQ(early.shape(), late.shape()) << "the flag changes only the middle";
-      const auto expected = steps_by_rows.find(rows);
-      if (n != 1024 || expected == steps_by_rows.end()) {
+      const auto expected = middles.find({n, rows});
+      if (expected == middles.end()) {
         EXPECT_EQ(early.w_shared(), WShared{});
+        EXPECT_EQ(early.shape(), late.shape()) << "no middle, the same shape";
         continue;
       }
-      EXPECT_EQ(early.w_shared(), (WShared{expected->second, 2}));
+      EXPECT_EQ(early.shape(), choose_gemm_plan(n, kHidden, rows, no_ring).shape())
+          << "the middle goes with the register shape (in place of a ring)";
+      const WShared middle = expected->second;
+      EXPECT_EQ(early.w_shared(), middle);
       const GemmPlan fused = early.publishing(GemmPublish{4, kCapacity});
       EXPECT_LE(fused.shared_bytes(), 113 * 1024) << "two CTAs an SM";
       EXPECT_GT(fused.shared_bytes(),
-                late.publishing(GemmPublish{4, kCapacity}).shared_bytes() + 64 * 64 * expected->second)
-          << "the middle: 64 rows of its steps";
+                choose_gemm_plan(n, kHidden, rows, no_ring).publishing(GemmPublish{4, kCapacity}).shared_bytes() +
+                    64 * 64 * middle.steps)
+          << "the middle: at least 64 rows of its steps";
       EXPECT_FALSE(early.triggers_in_prologue()) << "the tail streams after the wait";
-      EXPECT_NE(early.describe().find(fmt::format("middle of w on chip: {} steps in 2 chunks", expected->second)),
-                std::string::npos)
+      EXPECT_NE(
+          early.describe().find(fmt::format("middle of w on chip: {} steps in {} chunks", middle.steps, middle.chunks)),
+          std::string::npos)
           << early.describe();
       const std::string constants = early.form().describe_constants();
-      EXPECT_NE(constants.find(fmt::format("W_SHARED_STEPS={}", expected->second)), std::string::npos) << constants;
-      EXPECT_NE(constants.find("W_SHARED_CHUNKS=2"), std::string::npos) << constants;
+      EXPECT_NE(constants.find(fmt::format("W_SHARED_STEPS={}", middle.steps)), std::string::npos) << constants;
+      EXPECT_NE(constants.find(fmt::format("W_SHARED_CHUNKS={}", middle.chunks)), std::string::npos) << constants;
       EXPECT_NE(early.form().name(), late.form().name()) << "the forms differ, and so do their names";
       EXPECT_NE(late.form().describe_constants().find("W_SHARED_STEPS=0"), std::string::npos);
     }
@@ -536,8 +549,6 @@ TEST(GemmShapeRule, MiddleOfWOnChipOnlyWithAnEarlyPredecessor) {
     o.*variable = value;
     EXPECT_EQ(choose_gemm_plan(1024, kHidden, 8, o, true).w_shared(), WShared{});
   }
-  TuningOverrides no_ring;
-  no_ring.gemm_ring = Switch::off;
   EXPECT_EQ(choose_gemm_plan(1024, kHidden, 8, no_ring, true).w_shared(), (WShared{22, 2}));
 }
 

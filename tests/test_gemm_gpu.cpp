@@ -375,8 +375,9 @@ TEST_F(GemmGpu, OnChipWeightsGiveTheRegisterPathsBits) {
 TEST_F(GemmGpu, MiddleOfWOnChipGivesTheRegisterPathsBits) {
   // The middle of w on chip (WShared: bulk copies before the PDL wait, the tail through the
   // registers after it) keeps the register path's order of MMAs: its bits, whatever the steps and
-  // chunks. The rule's plans (with an early predecessor), one to four chunks, no tail, a tail in
-  // rounds (N = 2048: 4 steps in registers); every form also against the reference, PDL on and off.
+  // chunks. The rule's plans (with an early predecessor; at N = 2048 in place of the ring), one to
+  // eight chunks, no tail, a tail in rounds (N = 2048: 4 steps in registers); every form also
+  // against the reference, PDL on and off.
   struct Case {
     int n, rows;
     std::vector<WShared> middles;
@@ -386,7 +387,12 @@ TEST_F(GemmGpu, MiddleOfWOnChipGivesTheRegisterPathsBits) {
       {1024, 8, {{22, 2}, {16, 4}, {12, 2}}},
       {1024, 12, {{18, 2}, {8, 8}}},
       {1024, 16, {{16, 2}, {24, 2}}},
+      {2048, 1, {{12, 2}}},
+      {2048, 4, {{12, 1}}},
       {2048, 9, {{8, 2}, {14, 2}}},
+      {2048, 12, {{8, 4}}},
+      {4096, 1, {{10, 2}}},
+      {4096, 6, {{4, 1}}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(::testing::Message() << "N " << c.n << ", rows " << c.rows);

@@ -94,16 +94,17 @@ struct POOLER_API PoolerOptions {
   bool allow_nvls = false;  // true: accept a process where NCCL may use NVLink multicast (NCCL_NVLS_ENABLE not 0) for
                             // its own collectives; pooler itself never creates a multicast object. false (default):
                             // construction refuses unless NCCL_NVLS_ENABLE=0
-  bool predecessor_triggers_early = false;  // true: the kernel the engine launches on run()'s stream just before
-                                            // run() (the one that writes x) lets its dependents start early
+  bool predecessor_triggers_early = false;  // true: the kernel the engine launches on run()'s stream just before run()
+                                            // (the one that writes x) lets its dependents start early
                                             // (griddepcontrol.launch_dependents /
                                             // cudaTriggerProgrammaticLaunchCompletion before it writes x), so run()'s
                                             // GEMM starts while it runs; the GEMM then brings more of w on chip before
-                                            // its PDL wait (at TP4 from 5 to 16 rows: docs/design/gemm.md, "The middle
-                                            // of w on chip"). Results are the same bits either way; set it only where
-                                            // the predecessor triggers early: where it triggers at its end the GEMM is
-                                            // 1-2 us slower with it. false (default): the GEMM assumes x arrives at
-                                            // its predecessor's end. Every rank must pass the same value
+                                            // its PDL wait (at TP4 from 5 to 16 rows, at TP2 up to 4:
+                                            // docs/design/gemm.md, "The middle of w on chip"). Results are the same
+                                            // bits either way; set it only where the predecessor triggers early: where
+                                            // it triggers at its end the GEMM is 1-2 us slower with it. false
+                                            // (default): the GEMM assumes x arrives at its predecessor's end. Every
+                                            // rank must pass the same value
 };
 
 // What run() hands the experts. For an NVFP4 layer `packed` (U8 [b, P / 2]) and

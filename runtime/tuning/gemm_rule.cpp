@@ -135,31 +135,40 @@ bool choose_on_chip(int n, int rows, int k, const TuningOverrides& overrides, Po
   return true;
 }
 
-// The middle of w on chip (WShared) for a chosen shape, where the rule takes it (gemm_rule.hpp,
-// choose_gemm_plan): with x early, on the register path with one warp over K from 5 rows (below, at
-// N = 1024, the whole share is on chip) to 16, the most steps from 22 down to 16 in two chunks that
-// leave two CTAs an SM (with the fused publish's reduction, the larger). Two chunks: the MMAs start
-// as the first half lands, and more chunks' copies cost more than they gain (decision 0044).
-constexpr int kWSharedChunks = 2;
-constexpr int kWSharedMinRows = 5;
+// The middle of w on chip (WShared), where the rule takes it (gemm_rule.hpp, choose_gemm_plan): with
+// x early, where the chosen shape does not hold w on chip, the register shape streams w with one warp
+// over K and splits K over a cluster of 8, the most even steps from 22 down to 8 that leave two CTAs
+// an SM (with the fused publish's reduction, the larger), if the register shape's K_UNROLL steps and
+// these are more of w before the PDL wait than the chosen shape holds (its ring's stages, or its
+// registers). One tile a warp (N = 1024): up to 16 rows, in two chunks, so that the MMAs start as the
+// first half lands. Two tiles a warp (N = 2048, in place of the ring): up to 4 rows, in one chunk,
+// since a CTA's 128 rows in two chunks are 256 copies, which cost more than they gain (1.5-2.9 us slower);
+// from 8 rows on it gained nothing. Clusters of 4 (N = 4096): 3-7 us slower. Decision 0044 has the
+// figures. {} where none is taken; then the chosen shape stays.
+constexpr int kWSharedSplitK = 8;
 constexpr int kWSharedMaxRows = 16;
+constexpr int kWSharedMaxRowsTwoTiles = 4;
 constexpr int kWSharedMostSteps = 22;
-constexpr int kWSharedFewestSteps = 16;
+constexpr int kWSharedFewestSteps = 8;
 
 WShared choose_w_shared(int rows, int k, const TuningOverrides& overrides, bool predecessor_triggers_early,
-                        const PoolerGemmShape& s) {
+                        const PoolerGemmShape& registers, const PoolerGemmShape& chosen) {
   if (!predecessor_triggers_early || overrides.gemm_on_chip != Switch::rule || overrides.gemm_ring == Switch::on) {
     return {};
   }
-  if (rows < kWSharedMinRows || rows > kWSharedMaxRows || s.stages != 0 || s.w_on_chip || s.warps_k != 1 ||
-      gemm_prologue_holds_all_of_w(rows, k, s)) {
+  const bool two_tiles = registers.tiles() > 1;
+  if (rows > (two_tiles ? kWSharedMaxRowsTwoTiles : kWSharedMaxRows) || chosen.w_on_chip || registers.stages != 0 ||
+      registers.warps_k != 1 || registers.split_k != kWSharedSplitK ||
+      gemm_prologue_holds_all_of_w(rows, k, registers)) {
     return {};
   }
-  const int warp_steps = k / s.split_k / 32;
-  for (int steps = kWSharedMostSteps; steps >= kWSharedFewestSteps; steps -= kWSharedChunks) {
-    const WShared w{steps, kWSharedChunks};
-    if (s.k_unroll + steps > warp_steps) continue;
-    if (gemm_shared_bytes_unchecked(rows, k, s, true, w) <= kTwoCtasSharedBytes) return w;
+  const int warp_steps = k / registers.split_k / 32;
+  const int chosen_before_wait = chosen.stages > 0 ? chosen.stages * chosen.k_unroll : chosen.k_unroll;
+  for (int steps = kWSharedMostSteps; steps >= kWSharedFewestSteps; steps -= 2) {
+    const WShared w{steps, two_tiles ? 1 : 2};
+    if (registers.k_unroll + steps > warp_steps) continue;
+    if (gemm_shared_bytes_unchecked(rows, k, registers, true, w) > kTwoCtasSharedBytes) continue;
+    return registers.k_unroll + steps > chosen_before_wait ? w : WShared{};
   }
   return {};
 }
@@ -278,10 +287,15 @@ PoolerGemmShape choose_register_gemm_shape(int n, int k, int rows) {
 }
 
 GemmPlan choose_gemm_plan(int n, int k, int rows, const TuningOverrides& overrides, bool predecessor_triggers_early) {
-  PoolerGemmShape s = register_shape(n, k, rows);
+  const PoolerGemmShape registers = register_shape(n, k, rows);
+  PoolerGemmShape s = registers;
   if (!choose_on_chip(n, rows, k, overrides, s)) choose_ring(n, rows, k, overrides.gemm_ring, s);
+  // With x early, the register shape with the middle of w on chip where that holds more of w before
+  // the wait (at N = 2048 up to 4 rows, in place of the ring).
+  const WShared middle = choose_w_shared(rows, k, overrides, predecessor_triggers_early, registers, s);
+  if (middle.steps > 0) s = registers;
   choose_reduction(rows, k, overrides.gemm_async_reduce, s);
-  return GemmPlan(rows, n, k, s, nullptr, choose_w_shared(rows, k, overrides, predecessor_triggers_early, s));
+  return GemmPlan(rows, n, k, s, nullptr, middle);
 }
 
 PoolerGemmShape choose_streaming_gemm_shape(int n, int k, int rows, const TuningOverrides& overrides) {

@@ -38,9 +38,10 @@ PoolerGemmShape choose_gemm_shape(int n, int k, int rows, const TuningOverrides&
 // The rule's shape (choose_gemm_shape) as a plan, validated once. With predecessor_triggers_early
 // (PoolerOptions::predecessor_triggers_early: x arrives well before the GEMM's PDL wait), the plan
 // also keeps the middle of w on chip (WShared) where the register shape streams w with one warp over
-// K from 5 to 16 rows: the most steps from 22 down to 16, in two chunks, that leave two CTAs an SM
-// (N = 1024 at K = 8192: 22 at b = 5-8, 20 at 9-11, 18 at 12-15, 16 at 16; none at N = 512, 2048,
-// 4096).
+// K in clusters of 8: the most steps from 22 down to 8 that leave two CTAs an SM, where they put more
+// of w before the PDL wait than the rule's shape (K = 8192: N = 1024 from 5 to 16 rows in two chunks,
+// 22 at b = 5-8, 20 at 9-11, 18 at 12-15, 16 at 16; N = 2048 up to 4 rows in one chunk, in place of
+// the ring, 12 at b = 1-3, 10 at 4; none at N = 512 and 4096).
 // It loses 1-2 us where x comes at the predecessor's end, hence not without the flag
 // (docs/decisions/0044-middle-of-w-on-chip.md). POOLER_GEMM_ON_CHIP=off or =on and
 // POOLER_GEMM_RING=on leave it out.
