@@ -36,7 +36,8 @@ constexpr int kOwned = kColumnsPerCta / kOwners;  // columns each finishing clus
 // Pitches 4 (mod 8) floats and 64 (mod 128) bytes: no bank conflicts.
 // why: docs/design/gemm.md, "Split-K over a cluster".
 constexpr int kOwnedPitch = kOwned % 8 == 0 ? kOwned + 4 : kOwned;
-constexpr int kXPitch = (2 * kSliceK) % 128 == 0 ? 2 * kSliceK + 64 : 2 * kSliceK;
+constexpr int conflict_free_pitch(int row_bytes) { return row_bytes % 128 == 0 ? row_bytes + 64 : row_bytes; }
+constexpr int kXPitch = conflict_free_pitch(2 * kSliceK);
 // X_IN_REGISTERS (the host's choice: all of w on chip, or in registers up to 8 rows, with at most 16
 // fragments of x per lane): x's fragments go from global memory (L2) straight into registers after
 // the PDL wait, and x takes no shared memory. why: docs/design/gemm.md, "x".
@@ -70,7 +71,7 @@ constexpr int kRingOffset = (kReduceOffset + kReduceBytes + 15) / 16 * 16;
 constexpr int kRingBytes = STAGES * kWarps * kStageBytes;
 // W_ON_CHIP: the CTA's rows of w, kWPitch apart. why: docs/design/gemm.md, "The whole share of w on chip".
 constexpr int kWRowBytes = 2 * kSliceK;
-constexpr int kWPitch = kWRowBytes % 128 == 0 ? kWRowBytes + 64 : kWRowBytes;
+constexpr int kWPitch = conflict_free_pitch(kWRowBytes);
 constexpr int kWOffset = (kReduceOffset + kReduceBytes + 127) / 128 * 128;
 // W_SHARED_STEPS (the register path with one warp over K): steps [K_UNROLL, K_UNROLL + W_SHARED_STEPS)
 // of the CTA's rows of w (the middle) at kWOffset, kMiddlePitch apart, brought by W_SHARED_CHUNKS bulk
@@ -81,8 +82,7 @@ constexpr int kTailFirst = K_UNROLL + W_SHARED_STEPS;  // the tail: steps [kTail
 constexpr int kTailRounds = (kSteps - kTailFirst + K_UNROLL - 1) / K_UNROLL;
 constexpr int kMiddleChunkSteps = W_SHARED_STEPS / W_SHARED_CHUNKS;
 constexpr int kMiddleChunkBytes = 64 * kMiddleChunkSteps;  // one copy: a chunk of a row
-constexpr int kMiddleRowBytes = 64 * W_SHARED_STEPS;
-constexpr int kMiddlePitch = kMiddleRowBytes % 128 == 0 ? kMiddleRowBytes + 64 : kMiddleRowBytes;
+constexpr int kMiddlePitch = conflict_free_pitch(64 * W_SHARED_STEPS);
 constexpr int kWBytes = W_ON_CHIP ? kColumnsPerCta * kWPitch : kWMiddle ? kColumnsPerCta * kMiddlePitch : 0;
 constexpr int kDataBytes = W_ON_CHIP || kWMiddle ? kWOffset + kWBytes
                            : STAGES == 0         ? kReduceOffset + kReduceBytes

@@ -50,6 +50,10 @@ struct Derived {
   bool x_in_registers;
 };
 
+// Bytes from one row of x or w in shared memory to the next: 64 (mod 128), as the template's kXPitch,
+// kWPitch and kMiddlePitch, for conflict-free fragment loads.
+long long conflict_free_pitch(long long row_bytes) { return row_bytes % 128 == 0 ? row_bytes + 64 : row_bytes; }
+
 Derived derive(int rows, int k, const PoolerGemmShape& s, bool publish) {
   Derived d{};
   d.batch_tiles = (rows + 7) / 8;
@@ -57,23 +61,15 @@ Derived derive(int rows, int k, const PoolerGemmShape& s, bool publish) {
   d.partials = s.split_k * s.warps_k;
   d.owned = s.outputs_per_block / owner_count(s, publish);
   d.owned_pitch = d.owned % 8 == 0 ? d.owned + 4 : d.owned;  // as the template: conflict-free epilogue
-  d.x_pitch = (2 * d.slice_k) % 128 == 0 ? 2 * d.slice_k + 64 : 2 * d.slice_k;
+  d.x_pitch = static_cast<int>(conflict_free_pitch(2 * d.slice_k));
   const int chunk_bytes = 64 * s.k_unroll;
   d.chunks = s.warps_k > 0 && s.k_unroll > 0 ? d.slice_k / s.warps_k / (32 * s.k_unroll) : 0;
   d.stage_bytes = 16 * s.tiles() * chunk_bytes;
-  // As the template's kWPitch: 64 (mod 128) bytes, conflict-free fragment loads.
-  d.w_pitch = (2 * d.slice_k) % 128 == 0 ? 2 * d.slice_k + 64 : 2 * d.slice_k;
+  d.w_pitch = static_cast<int>(conflict_free_pitch(2 * d.slice_k));
   const bool beside_all_of_w =
       s.w_on_chip || (registers_hold_all_of_w(s, d.chunks) && rows <= kXInRegistersMaxRowsBesideW);
   d.x_in_registers = beside_all_of_w && s.warps_k > 0 && (d.slice_k / s.warps_k / 32) * d.batch_tiles <= 16;
   return d;
-}
-
-// The middle of w on chip (WShared): a row's steps, 64 (mod 128) bytes apart as the template's
-// kMiddlePitch (conflict-free fragment loads).
-long long middle_pitch(const WShared& w) {
-  const long long row = 64LL * w.steps;
-  return row % 128 == 0 ? row + 64 : row;
 }
 
 }  // namespace
@@ -101,7 +97,7 @@ long long gemm_shared_bytes_unchecked(int rows, int k, const PoolerGemmShape& s,
   } else if (w.steps > 0) {
     // The middle of w: outputs_per_block rows of `steps` steps, 128-byte aligned (as w on chip).
     const long long middle_offset = (reduce_offset + reduce_bytes + 127) / 128 * 128;
-    bytes = middle_offset + static_cast<long long>(s.outputs_per_block) * middle_pitch(w);
+    bytes = middle_offset + static_cast<long long>(s.outputs_per_block) * conflict_free_pitch(64LL * w.steps);
   }
   // async_reduce, w_on_chip, the middle's chunks: their mbarriers, in one 16-byte aligned block
   // (async_reduce's first, then w's: one, or one per chunk of the middle).

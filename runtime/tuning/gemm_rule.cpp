@@ -157,9 +157,9 @@ WShared choose_w_shared(int rows, int k, const TuningOverrides& overrides, bool 
     return {};
   }
   const bool two_tiles = registers.tiles() > 1;
-  if (rows > (two_tiles ? kWSharedMaxRowsTwoTiles : kWSharedMaxRows) || chosen.w_on_chip || registers.stages != 0 ||
-      registers.warps_k != 1 || registers.split_k != kWSharedSplitK ||
-      gemm_prologue_holds_all_of_w(rows, k, registers)) {
+  // (Where the register shape's prologue holds all of w, no steps are left for a middle: the loop finds none.)
+  if (rows > (two_tiles ? kWSharedMaxRowsTwoTiles : kWSharedMaxRows) || chosen.w_on_chip || registers.warps_k != 1 ||
+      registers.split_k != kWSharedSplitK) {
     return {};
   }
   const int warp_steps = k / registers.split_k / 32;
